@@ -1,0 +1,59 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "ContainerFS",
+    products: [
+        .executable(name: "containerfs", targets: ["containerfs"]),
+        // The client library: FileCoordinator and FilePresenter for Linux.
+        .library(name: "FileCoordination", targets: ["FileCoordination"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.0.0"..<"5.0.0"),
+    ],
+    targets: [
+        // libfuse3 from Debian's libfuse3-dev, found through pkg-config.
+        .systemLibrary(
+            name: "CFuse",
+            pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]
+        ),
+        // A thin Swift layer over libfuse's low-level API. Knows nothing about containers.
+        .target(name: "FUSELowLevel", dependencies: ["CFuse"]),
+        // Arbitration of coordinated reads and writes, presenters, the control protocol.
+        .target(
+            name: "Coordination",
+            dependencies: [.product(name: "DequeModule", package: "swift-collections")]
+        ),
+        // The container model: store layout, policy, seals, lifecycle.
+        .target(
+            name: "Containers",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+        ),
+        // The filesystem that joins the FUSE layer, coordination and the container model.
+        .target(
+            name: "ContainerFS",
+            dependencies: [
+                "FUSELowLevel", "Coordination", "Containers",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The client library for coordination-aware programs.
+        .target(name: "FileCoordination", dependencies: ["Coordination"]),
+        .executableTarget(
+            name: "containerfs",
+            dependencies: [
+                "ContainerFS", "Containers", "FileCoordination",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
+        .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
+        .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "containerfs"]),
+    ],
+    swiftLanguageModes: [.v5]
+)

@@ -1,0 +1,70 @@
+/// Where an item sits in a container, which decides what may be done to it.
+///
+/// A zone follows from the parent's zone and the item's name alone, so the
+/// filesystem can tell the zone of a name before it looks the name up.
+public enum Zone: UInt8, Sendable, CaseIterable {
+    /// The top of a whole-store mount: one entry per app.
+    case mountRoot
+    /// An app's container root (its home directory).
+    case containerRoot
+    /// The sealed bundle `Name.app` and everything in it.
+    case bundle
+    /// `Documents/` itself.
+    case documents
+    /// `Documents/Inbox` itself.
+    case inbox
+    /// Anything below `Documents/Inbox`.
+    case inboxItem
+    /// `Library/` itself.
+    case library
+    /// Ordinary items below `Documents/` and `Library/`.
+    case data
+    /// `tmp/` itself.
+    case tmp
+    /// Anything below `tmp/`.
+    case tmpItem
+    /// An entry of the container root that is none of the fixed ones (left by hand in the store).
+    case stray
+
+    public static let bundleExtension = ".app"
+
+    /// The zone of the entry `name` inside a directory of this zone.
+    public func child(named name: UnsafeRawBufferPointer) -> Zone {
+        switch self {
+        case .mountRoot: return .containerRoot
+        case .containerRoot:
+            if name.elementsEqual("Documents".utf8) { return .documents }
+            if name.elementsEqual("Library".utf8) { return .library }
+            if name.elementsEqual("tmp".utf8) { return .tmp }
+            if name.count > 4, name.suffix(4).elementsEqual(Zone.bundleExtension.utf8) { return .bundle }
+            return .stray
+        case .bundle: return .bundle
+        case .documents: return name.elementsEqual("Inbox".utf8) ? .inbox : .data
+        case .inbox, .inboxItem: return .inboxItem
+        case .library, .data: return .data
+        case .tmp, .tmpItem: return .tmpItem
+        case .stray: return .stray
+        }
+    }
+
+    public func child(named name: String) -> Zone {
+        var name = name
+        return name.withUTF8 { child(named: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Items that move or link only within their own kind of place: tmp is a volume of its own.
+    var renameDomain: RenameDomain {
+        switch self {
+        case .tmp, .tmpItem: return .temporary
+        case .documents, .inbox, .inboxItem, .library, .data: return .data
+        case .mountRoot, .containerRoot, .bundle, .stray: return .fixed
+        }
+    }
+
+    enum RenameDomain { case data, temporary, fixed }
+
+    /// Whether writes to files here go straight to the file instead of through atomic replace.
+    public var writesInPlaceByDefault: Bool {
+        self == .tmp || self == .tmpItem
+    }
+}

@@ -1,0 +1,1 @@
+// The coordination layer: arbitration, presenters and the control protocol.
