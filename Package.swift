@@ -21,6 +21,8 @@ let package = Package(
             pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]
         ),
+        // Linux calls that Swift's Glibc module leaves out.
+        .target(name: "CLinux"),
         // A thin Swift layer over libfuse's low-level API. Knows nothing about containers.
         .target(name: "FUSELowLevel", dependencies: ["CFuse"]),
         // Arbitration of coordinated reads and writes, presenters, the control protocol.
@@ -31,13 +33,13 @@ let package = Package(
         // The container model: store layout, policy, seals, lifecycle.
         .target(
             name: "Containers",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")]
+            dependencies: ["CLinux", .product(name: "Crypto", package: "swift-crypto")]
         ),
         // The filesystem that joins the FUSE layer, coordination and the container model.
         .target(
             name: "ContainerFS",
             dependencies: [
-                "FUSELowLevel", "Coordination", "Containers",
+                "CLinux", "FUSELowLevel", "Coordination", "Containers",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -46,7 +48,7 @@ let package = Package(
         .executableTarget(
             name: "containerfs",
             dependencies: [
-                "ContainerFS", "Containers", "FileCoordination",
+                "CLinux", "ContainerFS", "Containers", "FileCoordination",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

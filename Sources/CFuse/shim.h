@@ -4,21 +4,9 @@
 #define CONTAINERFS_CFUSE_SHIM_H
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
-#define _GNU_SOURCE 1
 #include <fuse_lowlevel.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/xattr.h>
-#include <sys/file.h>
-#include <sys/ioctl.h>
-#include <sys/resource.h>
-#include <sys/fsuid.h>
-#include <linux/fs.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <errno.h>
-#include <unistd.h>
-#include <stdio.h>
+#include <stddef.h>
 
 static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned max_idle_threads, unsigned max_threads) {
     struct fuse_loop_config *config = fuse_loop_cfg_create();
@@ -52,8 +40,5 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in_buf, int fd, 
     out_buf.buf[0].pos = offset;
     return fuse_buf_copy(&out_buf, in_buf, 0);
 }
-
-static inline int cfuse_errno(void) { return errno; }
-static inline void cfuse_set_errno(int value) { errno = value; }
 
 #endif

@@ -52,6 +52,14 @@ public enum Zone: UInt8, Sendable, CaseIterable {
         return name.withUTF8 { child(named: UnsafeRawBufferPointer($0)) }
     }
 
+    /// Whether everything below an item of this zone is in this zone too.
+    public var isInheritedByChildren: Bool {
+        switch self {
+        case .bundle, .inboxItem, .data, .tmpItem, .stray: return true
+        case .mountRoot, .containerRoot, .documents, .inbox, .library, .tmp: return false
+        }
+    }
+
     /// Items that move or link only within their own kind of place: tmp is a volume of its own.
     var renameDomain: RenameDomain {
         switch self {

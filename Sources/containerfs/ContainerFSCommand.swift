@@ -13,6 +13,8 @@ struct ContainerFSCommand: ParsableCommand {
         subcommands: [
             Install.self,
             List.self,
+            Mount.self,
+            Unmount.self,
         ]
     )
 }

@@ -1,0 +1,40 @@
+#define _GNU_SOURCE 1
+#include "CLinux.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <linux/fs.h>
+#include <unistd.h>
+#include <spawn.h>
+
+const int clinux_O_PATH = O_PATH;
+const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
+const long clinux_UTIME_NOW = UTIME_NOW;
+const long clinux_UTIME_OMIT = UTIME_OMIT;
+const unsigned int clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
+const unsigned int clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;
+const unsigned long clinux_FICLONE = FICLONE;
+const short clinux_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
+
+int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fallocate(fd, mode, offset, length); }
+ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags) {
+    return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
+}
+int clinux_ficlone(int destination, int source) { return ioctl(destination, FICLONE, source); }
+
+ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }
+ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size) { return lgetxattr(path, name, value, size); }
+ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size) { return fgetxattr(fd, name, value, size); }
+int clinux_setxattr(const char *path, const char *name, const void *value, size_t size, int flags) { return setxattr(path, name, value, size, flags); }
+int clinux_lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags) { return lsetxattr(path, name, value, size, flags); }
+int clinux_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags) { return fsetxattr(fd, name, value, size, flags); }
+ssize_t clinux_listxattr(const char *path, char *list, size_t size) { return listxattr(path, list, size); }
+ssize_t clinux_llistxattr(const char *path, char *list, size_t size) { return llistxattr(path, list, size); }
+ssize_t clinux_flistxattr(int fd, char *list, size_t size) { return flistxattr(fd, list, size); }
+int clinux_removexattr(const char *path, const char *name) { return removexattr(path, name); }
+int clinux_fremovexattr(int fd, const char *name) { return fremovexattr(fd, name); }

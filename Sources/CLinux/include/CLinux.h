@@ -1,0 +1,34 @@
+// Linux calls and constants that Swift's Glibc module leaves out (they need _GNU_SOURCE).
+// Only plain types here, so this header agrees with every other module's view of libc.
+#ifndef CONTAINERFS_CLINUX_H
+#define CONTAINERFS_CLINUX_H
+
+#include <sys/types.h>
+
+extern const int clinux_O_PATH;
+extern const int clinux_AT_EMPTY_PATH;
+extern const long clinux_UTIME_NOW;
+extern const long clinux_UTIME_OMIT;
+extern const unsigned int clinux_RENAME_NOREPLACE;
+extern const unsigned int clinux_RENAME_EXCHANGE;
+extern const unsigned long clinux_FICLONE;
+extern const short clinux_POSIX_SPAWN_SETSID;
+
+int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
+ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
+int clinux_ficlone(int destination, int source);
+
+ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t clinux_fgetxattr(int fd, const char *name, void *value, size_t size);
+int clinux_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+int clinux_lsetxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+int clinux_fsetxattr(int fd, const char *name, const void *value, size_t size, int flags);
+ssize_t clinux_listxattr(const char *path, char *list, size_t size);
+ssize_t clinux_llistxattr(const char *path, char *list, size_t size);
+ssize_t clinux_flistxattr(int fd, char *list, size_t size);
+int clinux_removexattr(const char *path, const char *name);
+int clinux_fremovexattr(int fd, const char *name);
+
+#endif

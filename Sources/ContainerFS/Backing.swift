@@ -1,0 +1,46 @@
+import Glibc
+
+/// Small helpers for system calls on backing files: no Foundation, no String per request.
+enum Backing {
+    /// Runs `body` with `/proc/self/fd/N` for `descriptor`, the race-free way to reach the item
+    /// behind an `O_PATH` descriptor with calls that take a path (as passthrough_ll does).
+    @inline(__always)
+    static func withProcPath<R>(_ descriptor: Int32, _ body: (UnsafePointer<CChar>) -> R) -> R {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 32) { buffer in
+            let prefix: StaticString = "/proc/self/fd/"
+            var length = prefix.utf8CodeUnitCount
+            UnsafeMutableRawPointer(buffer.baseAddress!).copyMemory(from: prefix.utf8Start, byteCount: length)
+            var count = 0
+            var value = Int(descriptor)
+            repeat {
+                buffer[length + count] = CChar(48 + value % 10)
+                value /= 10
+                count += 1
+            } while value > 0
+            // The digits went in backwards.
+            var low = length, high = length + count - 1
+            while low < high { buffer.swapAt(low, high); low += 1; high -= 1 }
+            length += count
+            buffer[length] = 0
+            return body(buffer.baseAddress!)
+        }
+    }
+
+    /// `fstatat` on the item itself, never following a symlink.
+    @inline(__always)
+    static func attributes(of descriptor: Int32) -> (stat, Int32) {
+        var attributes = stat()
+        let result = fstatat(descriptor, "", &attributes, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+        return (attributes, result == 0 ? 0 : errno)
+    }
+
+    /// An `O_PATH` descriptor on `name` in `directory`, never following a symlink.
+    @inline(__always)
+    static func openPath(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {
+        openat(directory, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    /// The errno of the last failed call, or 0 when `result` says it succeeded.
+    @inline(__always)
+    static func check(_ result: Int32) -> Int32 { result == -1 ? errno : 0 }
+}

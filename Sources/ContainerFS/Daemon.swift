@@ -1,0 +1,98 @@
+import Containers
+import CLinux
+import FUSELowLevel
+import Foundation
+import Logging
+
+/// What to mount and how.
+public struct MountConfiguration {
+    public var store: Store
+    /// Mount one app's container as the root, instead of the whole store.
+    public var app: AppID?
+    public var mountPoint: String
+    public var debug = false
+    public var singleThreaded = false
+    /// Options passed through to libfuse's `-o` (allow_other, default_permissions, ...).
+    public var fuseOptions: [String] = []
+    /// A descriptor to write "ready" to once mounted (how a background launch learns it worked).
+    public var readinessDescriptor: Int32?
+
+    public init(store: Store, app: AppID?, mountPoint: String) {
+        self.store = store
+        self.app = app
+        self.mountPoint = mountPoint
+    }
+}
+
+/// Mounts a store, serves it until unmounted or signalled, and takes the mount down cleanly.
+public enum Daemon {
+    public static func run(_ configuration: MountConfiguration, logger: Logger) throws {
+        try Preflight.checkFuseDevice()
+        if geteuid() != 0 { try Preflight.checkFusermount() }
+        let mountPoint = Store.absolute(configuration.mountPoint)
+        try Preflight.prepareMountPoint(mountPoint)
+
+        let store = configuration.store
+        let apps = try configuration.app.map { [$0] } ?? store.apps().compactMap { AppID($0.id) }
+        if let app = configuration.app, !store.isInstalled(app) {
+            throw ContainerError("No app \(app) in the store \(store.root). `containerfs list \(store.root)` shows what is installed.")
+        }
+        try prepareContainers(apps, of: store)
+
+        let rootPath = configuration.app.map(store.containerPath) ?? store.containersPath
+        let rootDescriptor = Glibc.open(rootPath, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard rootDescriptor >= 0 else {
+            throw ContainerError("\(rootPath): cannot open (\(String(cString: strerror(errno)))); check the store with `containerfs list \(store.root)`.")
+        }
+        let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
+                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot)
+
+        let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
+        try session.mount(at: mountPoint)
+        try session.installSignalHandlers()
+        logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
+                                          "app": "\(configuration.app?.rawValue ?? "all")"])
+        signalReady(configuration.readinessDescriptor)
+
+        let status = session.run(multithreaded: !configuration.singleThreaded)
+        session.unmount()
+        try? prepareContainers(apps, of: store, repairing: false)
+        logger.info("unmounted", metadata: ["mountpoint": "\(mountPoint)", "status": "\(status)"])
+        if status != 0 { throw ContainerError("the FUSE session ended with an error (\(status)).") }
+    }
+
+    /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.
+    private static func prepareContainers(_ apps: [AppID], of store: Store, repairing: Bool = true) throws {
+        for app in apps {
+            if repairing { try store.repairContainer(app) }
+            try store.emptyTemporaryDirectory(of: app)
+        }
+    }
+
+    private static func fuseArguments(_ configuration: MountConfiguration) -> [String] {
+        let source = configuration.app.map { configuration.store.root + ":" + $0.rawValue } ?? configuration.store.root
+        // Mode bits are the kernel's to check; policy is ours on top.
+        var options = ["default_permissions", "fsname=" + escapeOption(source), "subtype=containerfs"]
+        options += configuration.fuseOptions
+        var arguments = ["-o", options.joined(separator: ",")]
+        if configuration.debug { arguments.append("-d") }
+        return arguments
+    }
+
+    /// libfuse splits options on commas; a backslash keeps one in a value.
+    private static func escapeOption(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
+    }
+
+    /// Tells a waiting launcher the mount is up, then lets go of the launcher's terminal.
+    private static func signalReady(_ descriptor: Int32?) {
+        guard let descriptor else { return }
+        _ = "ready\n".withCString { write(descriptor, $0, 6) }
+        close(descriptor)
+        let null = Glibc.open("/dev/null", O_RDWR)
+        if null >= 0 {
+            for standard: Int32 in 0...2 { dup2(null, standard) }
+            close(null)
+        }
+    }
+}

@@ -1,0 +1,10 @@
+import CLinux
+import Glibc
+
+// Swift names for the Linux constants that Glibc's module leaves out.
+let O_PATH = clinux_O_PATH
+let AT_EMPTY_PATH = clinux_AT_EMPTY_PATH
+let UTIME_NOW = clinux_UTIME_NOW
+let UTIME_OMIT = clinux_UTIME_OMIT
+let RENAME_NOREPLACE = clinux_RENAME_NOREPLACE
+let RENAME_EXCHANGE = clinux_RENAME_EXCHANGE

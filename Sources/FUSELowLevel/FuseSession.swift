@@ -1,0 +1,90 @@
+import CFuse
+
+public struct FuseError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A libfuse low-level session: the kernel connection, the mount, and the loop that serves requests.
+///
+/// POSIX (`fcntl`) and BSD (`flock`) locks are left to the kernel, which keeps them for every
+/// process using the mount and makes waiters sleep in the kernel, never in a worker thread.
+public final class FuseSession {
+    private let session: OpaquePointer
+    private var arguments: fuse_args
+    private let box: Unmanaged<FileSystemBox>
+    private var mounted = false
+    private var signalHandlersInstalled = false
+
+    /// `options` are libfuse's own command-line options, such as `["-o", "allow_other", "-d"]`.
+    public init(options: [String], fileSystem: any LowLevelFileSystem) throws {
+        arguments = fuse_args(argc: 0, argv: nil, allocated: 0)
+        for argument in ["containerfs"] + options {
+            guard fuse_opt_add_arg(&arguments, argument) == 0 else { throw FuseError("out of memory") }
+        }
+        box = Unmanaged.passRetained(FileSystemBox(fileSystem))
+        var operations = makeOperations()
+        guard let session = cfuse_session_new(&arguments, &operations, box.toOpaque()) else {
+            fuse_opt_free_args(&arguments)
+            box.release()
+            throw FuseError("libfuse refused the options \(options.joined(separator: " ")) (see the message above).")
+        }
+        self.session = session
+    }
+
+    deinit {
+        if signalHandlersInstalled { fuse_remove_signal_handlers(session) }
+        if mounted { fuse_session_unmount(session) }
+        fuse_session_destroy(session)
+        fuse_opt_free_args(&arguments)
+        box.release()
+    }
+
+    public func mount(at mountPoint: String) throws {
+        guard fuse_session_mount(session, mountPoint) == 0 else {
+            throw FuseError("could not mount at \(mountPoint) (see the message above).")
+        }
+        mounted = true
+    }
+
+    /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
+    public func installSignalHandlers() throws {
+        guard fuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
+        signalHandlersInstalled = true
+    }
+
+    /// Detaches into the background unless `foreground`; the parent exits once the child is ready.
+    /// Call before any thread is started.
+    public func daemonize(foreground: Bool) throws {
+        guard fuse_daemonize(foreground ? 1 : 0) == 0 else { throw FuseError("could not detach into the background") }
+    }
+
+    /// Serves requests until unmounted or told to stop. Returns 0 on a clean end.
+    public func run(multithreaded: Bool = true, maxIdleThreads: UInt32 = 10, maxThreads: UInt32 = 64) -> Int32 {
+        multithreaded ? cfuse_session_loop_mt(session, maxIdleThreads, maxThreads) : fuse_session_loop(session)
+    }
+
+    /// Stops the loop from any thread.
+    public func exit() { fuse_session_exit(session) }
+
+    public func unmount() {
+        if mounted {
+            fuse_session_unmount(session)
+            mounted = false
+        }
+    }
+
+    // MARK: Telling the kernel what changed behind its back
+
+    /// Drops the kernel's cached lookup of `name` in `parent`.
+    @discardableResult
+    public func invalidateEntry(parent: InodeNumber, name: UnsafeRawBufferPointer) -> Int32 {
+        fuse_lowlevel_notify_inval_entry(session, parent, name.baseAddress?.assumingMemoryBound(to: CChar.self), name.count)
+    }
+
+    /// Drops the kernel's cached attributes and, for the range given, data of `inode` (length 0: all of it).
+    @discardableResult
+    public func invalidateInode(_ inode: InodeNumber, offset: off_t = 0, length: off_t = 0) -> Int32 {
+        fuse_lowlevel_notify_inval_inode(session, inode, offset, length)
+    }
+}

@@ -1,0 +1,154 @@
+import ArgumentParser
+import CLinux
+import ContainerFS
+import Containers
+import Foundation
+import Logging
+
+struct Mount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount a store (every app) or one app's container.",
+        discussion: """
+        Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
+        -o takes libfuse's options (allow_other, default_permissions, ...) and app=ID; the options
+        mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, user, _netdev, x-systemd.*) are ignored.
+        """
+    )
+
+    @Flag(help: "Mount the demo store (created on first use in ~/.local/share/containerfs/demo).")
+    var demo = false
+
+    @Option(help: "Mount only this app's container, as the mount point's root.")
+    var app: String?
+
+    @Flag(name: [.customShort("f"), .long], help: "Stay in the foreground.")
+    var foreground = false
+
+    @Flag(name: [.customShort("d"), .long], help: "Print every FUSE request (implies -f).")
+    var debug = false
+
+    @Flag(name: [.customShort("s"), .customLong("single-threaded")], help: "Serve requests on one thread.")
+    var singleThreaded = false
+
+    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated.", valueName: "options"))
+    var options: [String] = []
+
+    @Option(help: .hidden) var readyFD: Int32?
+
+    @Argument(help: ArgumentHelp("STORE MOUNTPOINT, or just MOUNTPOINT with --demo.", valueName: "paths"))
+    var paths: [String]
+
+    func validate() throws {
+        let expected = demo ? 1 : 2
+        guard paths.count == expected else {
+            throw ValidationError(demo ? "Give just the mount point with --demo: containerfs mount --demo MOUNTPOINT"
+                                       : "Give the store and the mount point: containerfs mount STORE MOUNTPOINT")
+        }
+    }
+
+    func run() throws {
+        let parsed = try MountOptions(options)
+        let store = demo ? try DemoStore.prepare() : try Store.open(paths[0])
+        let appID = try (app ?? parsed.app).map(parseAppID)
+        if !foreground && !debug && readyFD == nil {
+            try BackgroundLauncher.relaunchInForeground()
+        }
+        Logging.bootstrap(debug: debug, toSyslog: readyFD != nil)
+        var configuration = MountConfiguration(store: store, app: appID, mountPoint: paths.last!)
+        configuration.debug = debug
+        configuration.singleThreaded = singleThreaded
+        configuration.fuseOptions = parsed.fuseOptions
+        configuration.readinessDescriptor = readyFD
+        try Daemon.run(configuration, logger: Logger(label: "containerfs"))
+    }
+}
+
+/// Splits `-o` options into ours and libfuse's.
+struct MountOptions {
+    var app: String?
+    var fuseOptions: [String] = []
+
+    /// Options of mount(8) and fstab that mean nothing to a FUSE daemon.
+    static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "nofail", "user", "users", "nouser",
+                                       "_netdev", "dev", "suid", "exec", "async", "relatime", "noatime"]
+
+    init(_ groups: [String]) throws {
+        for option in groups.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
+            if option.hasPrefix("app=") {
+                app = String(option.dropFirst(4))
+            } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {
+                continue
+            } else {
+                fuseOptions.append(option)
+            }
+        }
+    }
+}
+
+struct Unmount: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unmount a ContainerFS mount (through fusermount3 -u).")
+
+    @Flag(name: [.customShort("z"), .long], help: "Detach now even if busy; cleanup happens when it is no longer used.")
+    var lazy = false
+
+    @Argument(help: "The mount point.") var mountPoint: String
+
+    func run() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["fusermount3", "-u"] + (lazy ? ["-z"] : []) + [mountPoint]
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it, or use --lazy.")
+        }
+    }
+}
+
+/// Background mode without fork: the daemon is the same program started again in the foreground,
+/// in a new session, and it says "ready" on a pipe once mounted. Forking a running Swift program is
+/// not safe (libdispatch refuses work after fork).
+enum BackgroundLauncher {
+    static func relaunchInForeground() throws -> Never {
+        var pipeEnds: [Int32] = [0, 0]
+        guard pipe(&pipeEnds) == 0 else { throw ContainerError("pipe: \(String(cString: strerror(errno)))") }
+        let readyDescriptor: Int32 = 3
+        let executable = try executablePath()
+        let arguments = [executable] + CommandLine.arguments.dropFirst() + ["--foreground", "--ready-fd", String(readyDescriptor)]
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        // Close the read end first: it may hold the very number the write end is moved to.
+        posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
+        posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], readyDescriptor)
+        if pipeEnds[1] != readyDescriptor { posix_spawn_file_actions_addclose(&actions, pipeEnds[1]) }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, clinux_POSIX_SPAWN_SETSID)
+
+        var cArguments = arguments.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, &cArguments, environ)
+        close(pipeEnds[1])
+        guard spawned == 0 else { throw ContainerError("could not start the daemon: \(String(cString: strerror(spawned)))") }
+
+        var buffer = [UInt8](repeating: 0, count: 16)
+        let count = read(pipeEnds[0], &buffer, buffer.count)
+        if count > 0, buffer.starts(with: Array("ready".utf8)) { Foundation.exit(0) }
+        // The daemon failed before mounting and said why on our shared stderr.
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        Foundation.exit(status & 0x7f == 0 ? max((status >> 8) & 0xff, 1) : 1)
+    }
+
+    private static func executablePath() throws -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
+        guard length > 0 else { throw ContainerError("cannot find my own executable in /proc/self/exe") }
+        buffer[length] = 0
+        return String(cString: buffer)
+    }
+}
