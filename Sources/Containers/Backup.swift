@@ -32,7 +32,7 @@ public enum Backup {
     /// Writes the backup of `id` to `archivePath`, replacing it only once the new archive is complete.
     @discardableResult
     public static func create(store: Store, id: AppID, archive archivePath: String,
-                              progress: ProgressReporting? = nil) throws -> BackupSummary {
+                              progress: ProgressListener? = nil) throws -> BackupSummary {
         _ = try store.record(id)
         let container = try DirectoryHandle(path: store.containerPath(id))
         let destination = Store.absolute(archivePath)
@@ -75,7 +75,7 @@ public enum Backup {
 
     /// Archives one entry; answers whether to descend into it.
     private static func archive(_ entry: FileTree.Entry, to writer: ArchiveWriter, summary: inout BackupSummary,
-                                progress: ProgressReporting?) throws -> Bool {
+                                progress: ProgressListener?) throws -> Bool {
         if entry.path == ContainerLayout.caches { return false }
         switch entry.kind {
         case .directory:
@@ -142,7 +142,7 @@ public enum Backup {
     ///
     /// Restoring over a mounted app is the caller's to refuse: `mountCheck` throws to refuse.
     @discardableResult
-    public static func restore(store: Store, id: AppID, archive archivePath: String, progress: ProgressReporting? = nil,
+    public static func restore(store: Store, id: AppID, archive archivePath: String, progress: ProgressListener? = nil,
                                mountCheck: (Store, AppID) throws -> Void = { _, _ in }) throws -> BackupSummary {
         _ = try store.record(id)
         try mountCheck(store, id)

@@ -64,7 +64,7 @@ final class ArchiveWriter {
     }
 
     /// A file's data: exactly `size` bytes from `source`, which must not shrink meanwhile.
-    func writeData(from source: Int32, size: UInt64, sourcePath: String, progress: ProgressReporting?) throws {
+    func writeData(from source: Int32, size: UInt64, sourcePath: String, progress: ProgressListener?) throws {
         append(size)
         var chunk = [UInt8](repeating: 0, count: 1 << 20)
         var left = size
@@ -140,9 +140,9 @@ final class ArchiveReader {
     private var start = 0
     private var end = 0
     private var hash = SHA256()
-    private let progress: ProgressReporting?
+    private let progress: ProgressListener?
 
-    init(fd: Int32, path: String, progress: ProgressReporting?) throws {
+    init(fd: Int32, path: String, progress: ProgressListener?) throws {
         self.fd = fd
         self.path = path
         self.progress = progress

@@ -62,6 +62,8 @@ final class DirectoryHandle {
             throw posixError("opendir", path)
         }
         defer { closedir(dir) }
+        // A dup shares the read position with `fd`: start from the top even if listed before.
+        rewinddir(dir)
         var names: [String] = []
         while let entry = readdir(dir) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in

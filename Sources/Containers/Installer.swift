@@ -7,7 +7,7 @@ public enum Installer {
     /// bundle and keeps its data, as an update does.
     @discardableResult
     public static func install(bundle bundlePath: String, into store: Store, id requestedID: AppID? = nil,
-                               progress: ProgressReporting? = nil) throws -> AppRecord {
+                               progress: ProgressListener? = nil) throws -> AppRecord {
         let source = Store.absolute(bundlePath)
         let bundleName = (source as NSString).lastPathComponent
         var isDirectory: ObjCBool = false

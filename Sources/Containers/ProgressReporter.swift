@@ -1,7 +1,7 @@
 import Foundation
 
 /// Hears how far a long piece of work (install, verify, backup, restore) has got.
-public protocol ProgressReporting: AnyObject {
+public protocol ProgressListener: AnyObject {
     /// A new phase begins: `totalUnits` of work (bytes, usually), 0 when unknown.
     func begin(_ phase: String, totalUnits: Int64)
     func advance(by units: Int64)
@@ -11,7 +11,7 @@ public protocol ProgressReporting: AnyObject {
 
 /// A one-line bar on standard error, redrawn in place with `\r`; silent when standard error is
 /// not a terminal, so logs and pipes get no control characters.
-public final class TerminalProgressBar: ProgressReporting {
+public final class TerminalProgressBar: ProgressListener {
     private let isTerminal: Bool
     private var phase = ""
     private var total: Int64 = 0

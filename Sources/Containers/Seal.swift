@@ -124,7 +124,7 @@ public enum Seal {
     /// Hashes the installed bundle of `id` and writes its signed manifest.
     @discardableResult
     public static func seal(store: Store, id: AppID, bundleName: String,
-                            progress: ProgressReporting? = nil) throws -> SealManifest {
+                            progress: ProgressListener? = nil) throws -> SealManifest {
         let container = try DirectoryHandle(path: store.containerPath(id))
         let bundle = try DirectoryHandle(in: container, bundleName)
         if let progress { progress.begin("Sealing \(bundleName)", totalUnits: try FileTree.totalFileBytes(bundle)) }
@@ -161,7 +161,7 @@ public enum Seal {
 
     /// Checks the bundle of `id` against its seal and reports every difference.
     public static func verify(store: Store, id: AppID, depth: Depth = .full,
-                              progress: ProgressReporting? = nil) throws -> SealReport {
+                              progress: ProgressListener? = nil) throws -> SealReport {
         let record = try store.record(id)
         var findings: [SealFinding] = []
         func report(_ checked: Int = 0) -> SealReport {
@@ -225,7 +225,7 @@ public enum Seal {
     // MARK: - Comparing
 
     private static func compare(_ entry: FileTree.Entry, with sealed: SealedItem, depth: Depth,
-                                hasher: FileHasher, progress: ProgressReporting?) throws -> String? {
+                                hasher: FileHasher, progress: ProgressListener?) throws -> String? {
         let actualKind: SealedItem.Kind
         switch entry.kind {
         case .file: actualKind = .file
@@ -365,13 +365,13 @@ final class FileHasher {
         let info: stat
     }
 
-    func sha256(of entry: FileTree.Entry, progress: ProgressReporting?) throws -> Digest {
+    func sha256(of entry: FileTree.Entry, progress: ProgressListener?) throws -> Digest {
         let fd = try entry.parent.openFile(entry.name)
         defer { close(fd) }
         return try sha256(fd: fd, path: entry.fullPath, progress: progress)
     }
 
-    func sha256(fd: Int32, path: String, progress: ProgressReporting?) throws -> Digest {
+    func sha256(fd: Int32, path: String, progress: ProgressListener?) throws -> Digest {
         var hash = SHA256()
         var size: UInt64 = 0
         while true {

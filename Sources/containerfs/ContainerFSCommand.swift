@@ -13,6 +13,7 @@ struct ContainerFSCommand: ParsableCommand {
         subcommands: [
             Install.self,
             List.self,
+            VerifyCommand.self, DeliverCommand.self, UninstallCommand.self, PurgeCommand.self, BackupCommand.self, RestoreCommand.self,
         ]
     )
 }

@@ -110,3 +110,37 @@ final class SealTests: XCTestCase {
         XCTAssertEqual(box.read(box.bundle + "/Notes"), "#!/bin/sh\necho v2\n")
     }
 }
+
+final class ProgressTests: XCTestCase {
+    final class Recorder: ProgressListener {
+        var phases: [(String, Int64)] = []
+        var advanced: Int64 = 0
+        var ended = 0
+        func begin(_ phase: String, totalUnits: Int64) { phases.append((phase, totalUnits)) }
+        func advance(by units: Int64) { advanced += units }
+        func end() { ended += 1 }
+    }
+
+    func testSealAndVerifyReportProgressAndStillSeeEveryFile() throws {
+        let box = try Sandbox(self)
+        let recorder = Recorder()
+        try Installer.install(bundle: box.makeBundle(), into: box.store, id: box.id, progress: recorder)
+        let report = try Seal.verify(store: box.store, id: box.id, progress: recorder)
+        XCTAssertTrue(report.isIntact, "\(report.findings)")
+        XCTAssertEqual(report.itemsChecked, 10)
+        XCTAssertEqual(recorder.phases.map(\.0), ["Sealing Notes.app", "Verifying Notes.app"])
+        let total = recorder.phases[0].1
+        XCTAssertGreaterThan(total, 3 << 20)
+        XCTAssertEqual(recorder.advanced, 2 * total)
+        XCTAssertEqual(recorder.ended, 2)
+    }
+
+    func testBarText() {
+        XCTAssertEqual(TerminalProgressBar.line(phase: "Sealing", done: 512, total: 1024, width: 80),
+                       "Sealing [####################--------------------]  50%  512 B of 1.0 KiB")
+        XCTAssertEqual(ByteCount.parse("2G"), 2 << 30)
+        XCTAssertEqual(ByteCount.parse("1.5k"), 1536)
+        XCTAssertEqual(ByteCount.parse("500MiB"), 500 << 20)
+        XCTAssertNil(ByteCount.parse("ten"))
+    }
+}
