@@ -82,10 +82,16 @@ final class DirectoryHandle {
         throw posixError("stat", path + "/" + name)
     }
 
-    /// Opens the regular file `name` for reading, refusing symlinks.
+    /// Opens the regular file `name` for reading, refusing symlinks and anything that is not a
+    /// regular file (O_NONBLOCK: a pipe swapped in after the walk's lstat must not hang us).
     func openFile(_ name: String) throws -> Int32 {
-        let fd = openat(self.fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = openat(self.fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { throw posixError("open", path + "/" + name) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, EntryKind(info) == .file else {
+            close(fd)
+            throw ContainerError("\(path)/\(name) changed into something other than a regular file while being read; try again.")
+        }
         return fd
     }
 

@@ -40,6 +40,7 @@ public enum Inbox {
             throw ContainerError("\(source): \(String(cString: strerror(errno))). Give the path of a file or directory to deliver.")
         }
         let name = (resolved as NSString).lastPathComponent
+        guard !name.isEmpty, name != "/" else { throw ContainerError("\(source): the root directory cannot be delivered; name a file or folder.") }
         let staged = scratchName("deliver")
         defer { try? FileTree.removeEntry(staged, in: work) }
         switch EntryKind(info) {
