@@ -135,6 +135,7 @@ final class BackupTests: XCTestCase {
             "escape through another symlink": [(.symlink, "Documents/sub/up", ".."), (.symlink, "Documents/link", "sub/up/../..")],
             "write through a symlink": [(.symlink, "Documents/sub/out", "../.."), (.file, "Documents/sub/out/evil", "x")],
             "duplicate": [(.file, "Documents/a", "1"), (.file, "Documents/a", "2")],
+            "fixed directory as a file": [(.file, "Documents/Inbox", "not a folder")],
             "symlink loop": [(.symlink, "Documents/a", "b"), (.symlink, "Documents/b", "a")],
         ]
         for (name, records) in evil {

@@ -103,4 +103,12 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: box.store.workPath), [])
         XCTAssertThrowsError(try Lifecycle.uninstall(store: box.store, id: box.id))
     }
+
+    func testClearWorkRemovesLeftoverScratch() throws {
+        let box = try Sandbox(self)
+        try box.write("install-x-1-2/Notes.app/Info.plist", "left by a crash", under: box.store.workPath)
+        try box.write("deliver-1-2", "half a copy", under: box.store.workPath)
+        try Lifecycle.clearWork(store: box.store)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: box.store.workPath), [])
+    }
 }
