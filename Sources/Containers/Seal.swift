@@ -93,19 +93,25 @@ public struct SealReport: Sendable {
     public let findings: [SealFinding]
     /// How many items of the bundle were compared.
     public let itemsChecked: Int
+    /// True when the seal itself is missing or forged, or the bundle is gone: serve nothing from it.
+    public let isUntrusted: Bool
+    /// Bundle-relative paths whose content does not match the seal (changed or added items).
+    /// The daemon fails reads of these with EIO.
+    public let mismatchedPaths: Set<String>
+
+    init(id: AppID, bundleName: String, findings: [SealFinding], itemsChecked: Int) {
+        self.id = id
+        self.bundleName = bundleName
+        self.findings = findings
+        self.itemsChecked = itemsChecked
+        isUntrusted = findings.contains(where: \.condemnsWholeBundle)
+        mismatchedPaths = Set(findings.filter { $0.problem != .removed && !$0.condemnsWholeBundle }.map(\.path))
+    }
 
     public var isIntact: Bool { findings.isEmpty }
 
-    /// True when the seal itself is missing or forged, or the bundle is gone: serve nothing from it.
-    public var isUntrusted: Bool { findings.contains(where: \.condemnsWholeBundle) }
-
-    /// Bundle-relative paths whose content does not match the seal (changed or added items).
-    /// The daemon fails reads of these with EIO.
-    public var mismatchedPaths: Set<String> {
-        Set(findings.filter { $0.problem != .removed && !$0.condemnsWholeBundle }.map(\.path))
-    }
-
-    /// Whether the daemon may serve the bundle item at `bundleRelativePath` as intact.
+    /// Whether the daemon may serve the bundle item at `bundleRelativePath` as intact
+    /// (called per open, so it is a set lookup).
     public func allowsReading(_ bundleRelativePath: String) -> Bool {
         !isUntrusted && !mismatchedPaths.contains(bundleRelativePath)
     }
