@@ -36,6 +36,10 @@ public enum Backup {
         _ = try store.record(id)
         let container = try DirectoryHandle(path: store.containerPath(id))
         let destination = Store.absolute(archivePath)
+        // An archive inside the store would end up in backups of itself, or be swept by cleanups.
+        guard !(destination + "/").hasPrefix(store.root + "/") else {
+            throw ContainerError("\(archivePath) is inside the store \(store.root); write the backup somewhere outside it.")
+        }
         let partial = destination + ".partial-" + scratchName("backup")
         // Backups hold private data: only the owner reads them.
         let fd = Glibc.open(partial, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)

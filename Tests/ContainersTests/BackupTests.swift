@@ -180,6 +180,7 @@ final class BackupTests: XCTestCase {
             XCTAssertThrowsError(try Backup.restore(store: box.store, id: box.id, archive: path), path)
             XCTAssertEqual(box.read(box.container + "/Documents/mine.txt"), "changed since")
         }
+        XCTAssertThrowsError(try Backup.create(store: box.store, id: box.id, archive: box.container + "/Documents/self.cfsbackup"))
         XCTAssertThrowsError(try Backup.restore(store: box.store, id: box.id, archive: archive, mountCheck: { _, _ in
             throw ContainerError("mounted")
         }))
