@@ -38,3 +38,7 @@ ssize_t clinux_llistxattr(const char *path, char *list, size_t size) { return ll
 ssize_t clinux_flistxattr(int fd, char *list, size_t size) { return flistxattr(fd, list, size); }
 int clinux_removexattr(const char *path, const char *name) { return removexattr(path, name); }
 int clinux_fremovexattr(int fd, const char *name) { return fremovexattr(fd, name); }
+
+int clinux_spawn_close_from(void *actions, int lowest) {
+    return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, lowest);
+}

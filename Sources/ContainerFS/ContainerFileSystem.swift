@@ -17,14 +17,23 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     let nodes: NodeTable
     let timeouts: CacheTimeouts
     private let daemonIsRoot = geteuid() == 0
+    /// Where to tell the kernel about changes it did not make itself; set once the session exists.
+    public weak var kernel: KernelCacheNotifier?
+    /// Bundles that failed their seal at mount, by app ID: their changed files answer EIO.
+    private let brokenSeals: [String: SealReport]
+    /// The app ID of the root, when one app is mounted alone.
+    private let rootApp: String?
 
     /// `rootDescriptor` is an `O_PATH` descriptor on the directory shown at the mount point, whose
     /// zone is `.mountRoot` (a whole store) or `.containerRoot` (one app).
-    public init(rootDescriptor: Int32, rootZone: Zone, timeouts: CacheTimeouts = CacheTimeouts()) throws {
+    public init(rootDescriptor: Int32, rootZone: Zone, rootApp: AppID?, seals: [SealReport],
+                timeouts: CacheTimeouts = CacheTimeouts()) throws {
         let (attributes, error) = Backing.attributes(of: rootDescriptor)
         guard error == 0 else { throw FuseError("cannot read the store's root: \(String(cString: strerror(error)))") }
         nodes = NodeTable(root: Node(descriptor: rootDescriptor, attributes: attributes, zone: rootZone, parent: nil, name: []))
         self.timeouts = timeouts
+        self.rootApp = rootApp?.rawValue
+        brokenSeals = Dictionary(seals.filter { !$0.isIntact }.map { ($0.id.rawValue, $0) }) { first, _ in first }
     }
 
     public func initialize(connection: UnsafeMutablePointer<fuse_conn_info>) {
@@ -163,6 +172,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
 
     public func readlink(_ request: FuseRequest, inode: InodeNumber) {
         let node = nodes.node(inode)
+        guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(PATH_MAX) + 1) { buffer in
             let length = readlinkat(node.descriptor, "", buffer.baseAddress!, Int(PATH_MAX))
             guard length >= 0 else { return request.reply(error: errno) }
@@ -262,11 +272,15 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         return Policy.rename(source, to: destination, in: to.zone, replacing: replacing)
     }
 
-    /// Keeps the node of a renamed item in step with its new place.
+    /// Keeps the node of a renamed item in step with its new place. When its zone changed (out of
+    /// the Inbox), the kernel's cached attributes showed the old zone's mode bits: they are dropped.
     private func noteMoved(name: FileName, in parent: Node) {
         var attributes = stat()
         guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        nodes.didMove(BackingKey(attributes), to: parent, name: name, zone: parent.zone.child(named: name.bytes))
+        let changed = nodes.didMove(BackingKey(attributes), to: parent, name: name, zone: parent.zone.child(named: name.bytes))
+        for node in changed {
+            kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
+        }
     }
 
     // MARK: Files
@@ -283,6 +297,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             let denied = Policy.write(node.zone)
             guard denied == 0 else { return request.reply(error: denied) }
         }
+        guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
         let flags = (file.flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
         let descriptor = Backing.withProcPath(node.descriptor) { Glibc.open($0, flags) }
@@ -344,6 +359,19 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     public func lseek(_ request: FuseRequest, inode: InodeNumber, offset: off_t, whence: Int32, file: FileInfo) {
         let result = Glibc.lseek(Handle.get(file, as: OpenFile.self).descriptor, offset, whence)
         result < 0 ? request.reply(error: errno) : request.reply(offset: result)
+    }
+
+    /// False for a bundle file that changed since it was sealed: it is not served as if intact.
+    @inline(__always)
+    private func sealAllowsReading(_ node: Node) -> Bool {
+        guard node.zone == .bundle, !brokenSeals.isEmpty else { return true }
+        return nodes.withPlace(of: node) { names, containerName in
+            // names: from the bundle directory down to the node.
+            guard let app = containerName.map({ String(decoding: $0, as: UTF8.self) }) ?? rootApp,
+                  let report = brokenSeals[app] else { return true }
+            let relative = names.dropFirst().map { String(decoding: $0, as: UTF8.self) }.joined(separator: "/")
+            return report.allowsReading(relative)
+        }
     }
 
     // MARK: Directories

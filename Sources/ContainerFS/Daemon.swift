@@ -45,9 +45,15 @@ public enum Daemon {
             throw ContainerError("\(rootPath): cannot open (\(String(cString: strerror(errno)))); check the store with `containerfs list \(store.root)`.")
         }
         let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
-                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot)
+                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
+                                                 rootApp: configuration.app,
+                                                 seals: checkSeals(apps, of: store, logger: logger))
 
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
+        fileSystem.kernel = session
+        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue,
+                                                           pid: getpid()), in: store)
+        defer { close(lease) }
         try session.mount(at: mountPoint)
         try session.installSignalHandlers()
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
@@ -58,14 +64,34 @@ public enum Daemon {
         session.unmount()
         try? prepareContainers(apps, of: store, repairing: false)
         logger.info("unmounted", metadata: ["mountpoint": "\(mountPoint)", "status": "\(status)"])
-        if status != 0 { throw ContainerError("the FUSE session ended with an error (\(status)).") }
+        // libfuse reports the signal that stopped it; that is a clean stop.
+        guard status == 0 || [SIGINT, SIGTERM, SIGHUP].contains(status) else {
+            throw ContainerError("the FUSE session ended with an error (\(status)).")
+        }
     }
 
     /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.
     private static func prepareContainers(_ apps: [AppID], of store: Store, repairing: Bool = true) throws {
         for app in apps {
             if repairing { try store.repairContainer(app) }
-            try store.emptyTemporaryDirectory(of: app)
+            try Lifecycle.emptyTmp(store: store, id: app)
+        }
+    }
+
+    /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer EIO.
+    private static func checkSeals(_ apps: [AppID], of store: Store, logger: Logger) -> [SealReport] {
+        apps.compactMap { app in
+            do {
+                let report = try Seal.check(store: store, id: app)
+                for finding in report.findings {
+                    logger.error("bundle fails its seal; changed files answer EIO", metadata: [
+                        "app": "\(app)", "finding": "\(finding)"])
+                }
+                return report
+            } catch {
+                logger.error("cannot check the seal", metadata: ["app": "\(app)", "error": "\(error)"])
+                return nil
+            }
         }
     }
 

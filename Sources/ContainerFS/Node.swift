@@ -109,20 +109,36 @@ final class NodeTable {
         nodes.withLock { $0[key] }
     }
 
-    /// Records a rename. When the zone of a directory changes (moved out of the Inbox), the zones of
-    /// the nodes below it change too.
-    func didMove(_ key: BackingKey, to parent: Node, name: FileName, zone: Zone) {
+    /// Records a rename, and returns the nodes whose zone changed. When the zone of a directory
+    /// changes (moved out of the Inbox), the zones of the nodes below it change too.
+    func didMove(_ key: BackingKey, to parent: Node, name: FileName, zone: Zone) -> [Node] {
         nodes.withLock { nodes in
-            guard let moved = nodes[key] else { return }
+            guard let moved = nodes[key] else { return [] }
             let oldZone = moved.zone
             moved.parent = parent
             moved.name = name.copy
             moved.zone = zone
+            guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
-            guard moved.isDirectory, oldZone != zone, zone.isInheritedByChildren else { return }
-            for node in nodes.values where node.isWithin(moved) {
-                node.zone = zone
+            guard moved.isDirectory, zone.isInheritedByChildren else { return [moved] }
+            let below = nodes.values.filter { $0.isWithin(moved) }
+            for node in below { node.zone = zone }
+            return below
+        }
+    }
+
+    /// Runs `body` with the names from the top of `node`'s zone down to `node`, and the name of
+    /// the container it is in (nil when the root is the container), as last seen.
+    func withPlace<R>(of node: Node, _ body: ([[UInt8]], [UInt8]?) -> R) -> R {
+        nodes.withLock { _ in
+            var names: [[UInt8]] = []
+            var current = node
+            while current.zone == node.zone, let parent = current.parent {
+                names.append(current.name)
+                current = parent
             }
+            let container = current.zone == .containerRoot && current !== root ? current.name : nil
+            return body(names.reversed(), container)
         }
     }
 

@@ -43,6 +43,9 @@ public enum DemoStore {
             try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent,
                                                     withIntermediateDirectories: true)
             try contents.write(to: URL(fileURLWithPath: full))
+            if contents.starts(with: Data("#!".utf8)) {
+                try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: full)
+            }
         }
     }
 

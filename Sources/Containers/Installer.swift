@@ -3,9 +3,11 @@ import Foundation
 /// Installs bundles into a store.
 public enum Installer {
     /// Copies `bundlePath` (a `Name.app` directory) into the store and creates the container's
-    /// directories. Reinstalling an app replaces its bundle and keeps its data, as an update does.
+    /// directories, and seals the installed bundle (see `Seal`). Reinstalling an app replaces its
+    /// bundle and keeps its data, as an update does.
     @discardableResult
-    public static func install(bundle bundlePath: String, into store: Store, id requestedID: AppID? = nil) throws -> AppRecord {
+    public static func install(bundle bundlePath: String, into store: Store, id requestedID: AppID? = nil,
+                               progress: ProgressListener? = nil) throws -> AppRecord {
         let source = Store.absolute(bundlePath)
         let bundleName = (source as NSString).lastPathComponent
         var isDirectory: ObjCBool = false
@@ -40,6 +42,8 @@ public enum Installer {
             try FileManager.default.moveItem(atPath: installed, toPath: staging + "/old")
         }
         try FileManager.default.moveItem(atPath: staging + "/" + bundleName, toPath: installed)
+        // Sealed where it will be served, so the recorded inode fingerprints are the served files'.
+        try Seal.seal(store: store, id: id, bundleName: bundleName, progress: progress)
 
         let record = AppRecord(id: id.rawValue, bundleName: bundleName, installedAt: Date())
         try store.write(record)

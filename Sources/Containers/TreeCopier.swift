@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 
 /// Copies a directory tree as it is: regular files, directories and symlinks (never followed),
@@ -65,12 +66,9 @@ enum TreeCopier {
         }
     }
 
-    /// Linux's FICLONE ioctl, `_IOW(0x94, 9, int)`: a reflink where the filesystem has them.
-    static let ficlone: UInt = 0x4004_9409
-
     /// Copies file data: a reflink where the filesystem can, else in-kernel with sendfile.
     static func copyData(from source: Int32, to destination: Int32, path: String) throws {
-        if ioctl(destination, ficlone, source) == 0 { return }
+        if clinux_ficlone(destination, source) == 0 { return }
         while true {
             let copied = sendfile(destination, source, nil, 1 << 30)
             if copied == 0 { return }

@@ -88,3 +88,11 @@ public final class FuseSession {
         fuse_lowlevel_notify_inval_inode(session, inode, offset, length)
     }
 }
+
+/// Tells the kernel that cached entries or attributes are no longer true.
+public protocol KernelCacheNotifier: AnyObject {
+    @discardableResult func invalidateEntry(parent: InodeNumber, name: UnsafeRawBufferPointer) -> Int32
+    @discardableResult func invalidateInode(_ inode: InodeNumber, offset: off_t, length: off_t) -> Int32
+}
+
+extension FuseSession: KernelCacheNotifier {}

@@ -15,6 +15,12 @@ struct ContainerFSCommand: ParsableCommand {
             List.self,
             Mount.self,
             Unmount.self,
+            VerifyCommand.self,
+            DeliverCommand.self,
+            UninstallCommand.self,
+            PurgeCommand.self,
+            BackupCommand.self,
+            RestoreCommand.self,
         ]
     )
 }

@@ -14,6 +14,9 @@ extern const unsigned int clinux_RENAME_EXCHANGE;
 extern const unsigned long clinux_FICLONE;
 extern const short clinux_POSIX_SPAWN_SETSID;
 
+/// Makes a spawned child start with no descriptor from `lowest` up but those its actions set.
+int clinux_spawn_close_from(void *actions, int lowest);
+
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);

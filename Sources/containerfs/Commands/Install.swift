@@ -14,7 +14,7 @@ struct Install: ParsableCommand {
     func run() throws {
         let store = try Store.openOrCreate(store)
         let appID = try id.map(parseAppID)
-        let record = try Installer.install(bundle: bundle, into: store, id: appID)
+        let record = try Installer.install(bundle: bundle, into: store, id: appID, progress: TerminalProgressBar())
         print("Installed \(record.bundleName) as \(record.id) in \(store.root)")
     }
 }

@@ -122,7 +122,8 @@ enum BackgroundLauncher {
         // Close the read end first: it may hold the very number the write end is moved to.
         posix_spawn_file_actions_addclose(&actions, pipeEnds[0])
         posix_spawn_file_actions_adddup2(&actions, pipeEnds[1], readyDescriptor)
-        if pipeEnds[1] != readyDescriptor { posix_spawn_file_actions_addclose(&actions, pipeEnds[1]) }
+        // Nothing else is inherited: a stray descriptor (a caller's pipe) would stay open for the daemon's life.
+        clinux_spawn_close_from(&actions, readyDescriptor + 1)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }

@@ -1,0 +1,62 @@
+import Foundation
+
+/// Which daemons serve a store right now. Each running daemon holds an exclusive `flock` on a
+/// file of its own in STORE/work/mounts; the kernel drops the lock when the daemon dies, so a
+/// crashed daemon never looks alive.
+public struct ActiveMount: Codable, Sendable, Equatable {
+    public var mountPoint: String
+    /// The app mounted alone, or nil for the whole store.
+    public var app: String?
+    public var pid: Int32
+
+    public init(mountPoint: String, app: String?, pid: Int32) {
+        self.mountPoint = mountPoint
+        self.app = app
+        self.pid = pid
+    }
+
+    public func covers(_ id: AppID) -> Bool { app == nil || app == id.rawValue }
+}
+
+public enum MountRegistry {
+    static func directory(of store: Store) -> String { store.workPath + "/mounts" }
+
+    /// Registers this process as serving `mount`; the returned descriptor holds the lock until closed or exit.
+    public static func register(_ mount: ActiveMount, in store: Store) throws -> Int32 {
+        let directory = directory(of: store)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/\(mount.pid).json"
+        let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            throw posixError("lock", path)
+        }
+        let data = try JSONEncoder().encode(mount)
+        _ = data.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        return descriptor
+    }
+
+    /// The daemons serving the store now. Records left by dead daemons are removed.
+    public static func active(in store: Store) -> [ActiveMount] {
+        let directory = directory(of: store)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix(".json") }.compactMap { name in
+            let path = directory + "/" + name
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            guard descriptor >= 0 else { return nil }
+            defer { close(descriptor) }
+            if flock(descriptor, LOCK_SH | LOCK_NB) == 0 {
+                unlink(path)
+                return nil
+            }
+            guard let data = FileManager.default.contents(atPath: path) else { return nil }
+            return try? JSONDecoder().decode(ActiveMount.self, from: data)
+        }
+    }
+
+    /// Fails with a message that says how to go on when a daemon serves `id`.
+    public static func refuseWhileMounted(_ store: Store, _ id: AppID) throws {
+        if let mount = active(in: store).first(where: { $0.covers(id) }) {
+            throw ContainerError("\(id) is mounted at \(mount.mountPoint) (daemon pid \(mount.pid)): unmount it first with `containerfs unmount \(mount.mountPoint)`.")
+        }
+    }
+}

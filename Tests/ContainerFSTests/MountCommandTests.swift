@@ -1,0 +1,165 @@
+import Containers
+import Foundation
+import Glibc
+import XCTest
+
+/// The `containerfs` command as a new user meets it: mounting, unmounting, and what it says when
+/// something is wrong.
+final class MountCommandTests: XCTestCase {
+    private var scratch: URL!
+    private var mountPoint: String { scratch.appendingPathComponent("mnt").path }
+    private var storePath: String { scratch.appendingPathComponent("store").path }
+
+    override func setUpWithError() throws {
+        scratch = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        let store = try Store.openOrCreate(storePath)
+        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles"))
+    }
+
+    override func tearDown() {
+        // Whatever a test did, nothing stays mounted and no daemon keeps running.
+        for _ in 0..<3 where isMounted {
+            _ = Shell.run("fusermount3 -u -z \(Shell.quote(mountPoint))")
+        }
+        if let store = try? Store.open(storePath) {
+            for mount in MountRegistry.active(in: store) { kill(mount.pid, SIGKILL) }
+        }
+        try? FileManager.default.removeItem(at: scratch)
+    }
+
+    private var isMounted: Bool {
+        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountPoint) ")
+    }
+
+    private func containerfs(_ arguments: String, environment: String = "") -> Shell.Result {
+        Shell.run("\(environment) \(Shell.quote(MountedStore.executable)) \(arguments) < /dev/null")
+    }
+
+    private func waitUntil(_ condition: () -> Bool, seconds: Double = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !condition() {
+            if Date() > deadline { return false }
+            usleep(20_000)
+        }
+        return true
+    }
+
+    func testBackgroundMountAndUnmount() {
+        let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        XCTAssertTrue(isMounted)
+        XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "com.example.notes\ncom.example.photos\n")
+        let store = try! Store.open(storePath)
+        XCTAssertEqual(MountRegistry.active(in: store).map(\.mountPoint), [mountPoint])
+        let unmount = containerfs("unmount \(Shell.quote(mountPoint))")
+        XCTAssertEqual(unmount.status, 0, unmount.error)
+        XCTAssertFalse(isMounted)
+        XCTAssertTrue(waitUntil { MountRegistry.active(in: store).isEmpty }, "the daemon kept running after unmount")
+    }
+
+    func testSignalsStopTheDaemonCleanly() throws {
+        for signal in [SIGTERM, SIGINT] {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: MountedStore.executable)
+            process.arguments = ["mount", "-f", storePath, mountPoint]
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            XCTAssertTrue(waitUntil { isMounted })
+            XCTAssertTrue(FileManager.default.createFile(atPath: mountPoint + "/com.example.notes/tmp/scratch", contents: Data("x".utf8)))
+            kill(process.processIdentifier, signal)
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 0, "signal \(signal)")
+            XCTAssertFalse(isMounted, "signal \(signal) left the mount")
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: storePath + "/containers/com.example.notes/tmp"), [],
+                           "tmp is emptied at unmount")
+        }
+    }
+
+    func testStaleMountOfAKilledDaemonIsClearedAtTheNextMount() {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let store = try! Store.open(storePath)
+        let pid = MountRegistry.active(in: store).first!.pid
+        kill(pid, SIGKILL)
+        XCTAssertTrue(waitUntil { Shell.run("ls \(Shell.quote(mountPoint))").error.contains("Transport endpoint is not connected") })
+        let again = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertEqual(again.status, 0, again.error)
+        XCTAssertTrue(again.error.contains("stale mount"), again.error)
+        XCTAssertEqual(Shell.run("cat com.example.notes/Documents/hello.txt", in: mountPoint).output, "hello\n")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
+    func testClearErrorsForCommonMistakes() throws {
+        let notStore = scratch.appendingPathComponent("plain").path
+        try FileManager.default.createDirectory(atPath: notStore, withIntermediateDirectories: true)
+        var result = containerfs("mount -f \(Shell.quote(notStore)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("is not a ContainerFS store"), result.error)
+
+        result = containerfs("mount -f \(Shell.quote(storePath)) \(Shell.quote(mountPoint + "/missing"))")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("no such directory"), result.error)
+
+        XCTAssertTrue(FileManager.default.createFile(atPath: mountPoint + "/file", contents: nil))
+        result = containerfs("mount -f \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("is not empty"), result.error)
+        try FileManager.default.removeItem(atPath: mountPoint + "/file")
+
+        result = containerfs("mount -f --app com.example.none \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("No app com.example.none"), result.error)
+
+        result = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o no_such_option")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("no_such_option"), result.error)
+        XCTAssertFalse(isMounted)
+
+        result = containerfs("unmount \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("could not unmount"), result.error)
+    }
+
+    func testOptionsOfMountAndFstabAreAccepted() {
+        let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o rw,noauto,nofail,_netdev,x-systemd.automount,app=com.example.notes,allow_other")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "Documents\nLibrary\nNotes.app\ntmp\n")
+        XCTAssertTrue(Shell.run("grep \(Shell.quote(mountPoint)) /proc/mounts").output.contains("allow_other"))
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
+    func testDemoStoreIsCreatedAndMounted() {
+        let data = scratch.appendingPathComponent("xdg").path
+        let mount = containerfs("mount --demo \(Shell.quote(mountPoint))", environment: "XDG_DATA_HOME=\(Shell.quote(data))")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "com.example.notes\ncom.example.photos\n")
+        XCTAssertFalse(Shell.run("ls com.example.notes/Documents/Inbox", in: mountPoint).output.isEmpty)
+        XCTAssertEqual(Shell.run("head -c 8 com.example.photos/Documents/Inbox/sunset.png | od -An -c | tr -d ' '", in: mountPoint).output,
+                       "211PNG\\r\\n032\\n\n")
+        XCTAssertEqual(Shell.run("test -x com.example.notes/Notes.app/Notes", in: mountPoint).status, 0)
+        XCTAssertEqual(containerfs("verify \(Shell.quote(data + "/containerfs/demo"))").status, 0)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
+    func testTamperedBundleFilesAnswerEIO() throws {
+        let bundle = storePath + "/containers/com.example.notes/Notes.app"
+        try "tampered\n".write(toFile: bundle + "/Info.plist", atomically: false, encoding: .utf8)
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let container = mountPoint + "/com.example.notes"
+        XCTAssertTrue(Shell.run("cat Notes.app/Info.plist", in: container).error.contains("Input/output error"))
+        XCTAssertEqual(Shell.run("cat Notes.app/Resources/Deep/readme.txt", in: container).output, "deep\n")
+        XCTAssertEqual(Shell.run("cat Photos.app/Info.plist", in: mountPoint + "/com.example.photos").output, "<plist/>\n")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
+    func testUninstallAndRestoreAreRefusedWhileMounted() {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let uninstall = containerfs("uninstall --force \(Shell.quote(storePath)) com.example.notes")
+        XCTAssertNotEqual(uninstall.status, 0)
+        XCTAssertTrue(uninstall.error.contains("is mounted at \(mountPoint)"), uninstall.error)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertTrue(waitUntil { MountRegistry.active(in: try! Store.open(storePath)).isEmpty })
+        let again = containerfs("uninstall --force \(Shell.quote(storePath)) com.example.notes")
+        XCTAssertEqual(again.status, 0, again.error)
+    }
+}

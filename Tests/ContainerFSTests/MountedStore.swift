@@ -1,0 +1,206 @@
+import Containers
+import Foundation
+import XCTest
+
+/// A store built for one test, mounted by the real `containerfs` binary in a child process.
+/// `unmount()` (called from tearDown) takes the mount down whatever happened, and never leaves
+/// the daemon running.
+final class MountedStore {
+    let root: URL
+    let store: Store
+    let mountPoint: String
+    private var daemon: Process?
+    private let stderrPipe = Pipe()
+
+    /// The binary built next to the test bundle.
+    static var executable: String {
+        let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var directory = testBinary.deletingLastPathComponent()
+        // swift test runs .build/debug/NamePackageTests.xctest; the binary is beside it.
+        while !FileManager.default.fileExists(atPath: directory.appendingPathComponent("containerfs").path),
+              directory.path != "/" {
+            directory = directory.deletingLastPathComponent()
+        }
+        return directory.appendingPathComponent("containerfs").path
+    }
+
+    /// Installs the sample apps, then mounts the whole store, or one app with `app`.
+    init(app: String? = nil, extraArguments: [String] = [], prepare: (Store) throws -> Void = { _ in }) throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
+        store = try Store.openOrCreate(root.appendingPathComponent("store").path)
+        try SampleApps.install(into: store, scratch: root.appendingPathComponent("bundles"))
+        try prepare(store)
+        mountPoint = root.appendingPathComponent("mnt").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        var arguments = ["mount", "-f", store.root, mountPoint] + extraArguments
+        if let app { arguments += ["--app", app] }
+        try start(arguments)
+    }
+
+    private func start(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: MountedStore.executable)
+        process.arguments = arguments
+        process.standardError = stderrPipe
+        try process.run()
+        daemon = process
+        let deadline = Date().addingTimeInterval(15)
+        while !isMounted {
+            guard process.isRunning else {
+                throw ContainerError("the daemon exited (\(process.terminationStatus)) before mounting: \(daemonOutput)")
+            }
+            guard Date() < deadline else {
+                unmount()
+                throw ContainerError("the mount did not appear within 15 s: \(daemonOutput)")
+            }
+            usleep(20_000)
+        }
+    }
+
+    var isMounted: Bool {
+        let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        return table.contains(" \(mountPoint) ")
+    }
+
+    var daemonOutput: String {
+        String(decoding: stderrPipe.fileHandleForReading.availableData, as: UTF8.self)
+    }
+
+    /// The container root of `app` in the mount.
+    func container(_ app: String = SampleApps.notes) -> String { mountPoint + "/" + app }
+
+    /// Backing path in the store, to look behind the daemon's back.
+    func backing(_ app: String = SampleApps.notes) -> String { store.containerPath(AppID(app)!) }
+
+    /// Unmounts and stops the daemon: politely, then by force. Removes the test's directories.
+    func unmount() {
+        if isMounted { _ = Shell.run("fusermount3 -u \(Shell.quote(mountPoint))") }
+        if let daemon {
+            let deadline = Date().addingTimeInterval(10)
+            while daemon.isRunning && Date() < deadline { usleep(20_000) }
+            if daemon.isRunning {
+                kill(daemon.processIdentifier, SIGKILL)
+                daemon.waitUntilExit()
+            }
+        }
+        if isMounted { _ = Shell.run("fusermount3 -u -z \(Shell.quote(mountPoint))") }
+        daemon = nil
+        try? FileManager.default.removeItem(at: root)
+    }
+
+    deinit { unmount() }
+}
+
+/// Two apps with the shapes tests need: nested bundle folders, a symlink, documents, and Inbox files.
+enum SampleApps {
+    static let notes = "com.example.notes"
+    static let photos = "com.example.photos"
+
+    static func install(into store: Store, scratch: URL) throws {
+        let files: [(String, String, [String: String])] = [
+            (notes, "Notes.app", ["Info.plist": "<plist/>\n", "en.lproj/Main.strings": "\"a\" = \"b\";\n",
+                                  "Resources/Deep/readme.txt": "deep\n"]),
+            (photos, "Photos.app", ["Info.plist": "<plist/>\n"]),
+        ]
+        for (id, bundleName, contents) in files {
+            let bundle = scratch.appendingPathComponent(bundleName)
+            for (path, text) in contents {
+                let url = bundle.appendingPathComponent(path)
+                try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try text.write(to: url, atomically: false, encoding: .utf8)
+            }
+            try FileManager.default.createSymbolicLink(atPath: bundle.appendingPathComponent("Link").path,
+                                                       withDestinationPath: "Info.plist")
+            try Installer.install(bundle: bundle.path, into: store, id: AppID(id)!)
+            let container = store.containerPath(AppID(id)!)
+            try "hello\n".write(toFile: container + "/Documents/hello.txt", atomically: false, encoding: .utf8)
+            try "delivered\n".write(toFile: container + "/Documents/Inbox/letter.txt", atomically: false, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: container + "/Documents/Inbox/folder", withIntermediateDirectories: true)
+            try "inside\n".write(toFile: container + "/Documents/Inbox/folder/item.txt", atomically: false, encoding: .utf8)
+        }
+    }
+}
+
+/// Runs shell commands as a user would.
+enum Shell {
+    struct Result {
+        let status: Int32
+        let output: String
+        let error: String
+    }
+
+    /// Runs `script` with bash; a command still running after `limit` seconds is killed, so a
+    /// hang fails its test instead of stalling the run.
+    @discardableResult
+    static func run(_ script: String, in directory: String? = nil, limit: Int = 120) -> Result {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+        process.arguments = ["-k", "5", String(limit), "/bin/bash", "-c", script]
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        do { try process.run() } catch { return Result(status: -1, output: "", error: "\(error)") }
+        let outData = output.fileHandleForReading.readDataToEndOfFile()
+        let errData = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, output: String(decoding: outData, as: UTF8.self),
+                      error: String(decoding: errData, as: UTF8.self))
+    }
+
+    static func quote(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+}
+
+/// A test case with a fresh mounted store per test.
+class MountedTestCase: XCTestCase {
+    var mounted: MountedStore!
+
+    /// Override to mount one app alone.
+    var mountedApp: String? { nil }
+
+    override func setUpWithError() throws {
+        mounted = try MountedStore(app: mountedApp)
+    }
+
+    override func tearDown() {
+        mounted?.unmount()
+        mounted = nil
+    }
+
+    /// The container root the commands run in.
+    var home: String { mountedApp == nil ? mounted.container() : mounted.mountPoint }
+
+    /// Runs a shell command in the container root; fails the test if it fails.
+    @discardableResult
+    func sh(_ script: String, file: StaticString = #filePath, line: UInt = #line) -> String {
+        let result = Shell.run(script, in: home)
+        XCTAssertEqual(result.status, 0, "`\(script)` failed: \(result.error)", file: file, line: line)
+        return result.output
+    }
+
+    /// Runs a shell command that must fail with the message of `errno` (as strerror words it).
+    func shFails(_ script: String, with errno: Int32, file: StaticString = #filePath, line: UInt = #line) {
+        let result = Shell.run(script, in: home)
+        let message = String(cString: strerror(errno))
+        XCTAssertNotEqual(result.status, 0, "`\(script)` succeeded but should fail with \(message)", file: file, line: line)
+        XCTAssertTrue(result.error.contains(message), "`\(script)` should fail with \"\(message)\", said: \(result.error)",
+                      file: file, line: line)
+    }
+
+    /// Runs a system call through Python and checks the exact errno (0: success).
+    func syscall(_ python: String, errno expected: Int32, file: StaticString = #filePath, line: UInt = #line) {
+        let script = """
+        import os, errno, sys, ctypes, mmap, fcntl
+        try:
+        \(python.split(separator: "\n").map { "    " + $0 }.joined(separator: "\n"))
+            print(0)
+        except OSError as e:
+            print(e.errno)
+        """
+        let result = Shell.run("python3 -c \(Shell.quote(script))", in: home)
+        let got = Int32(result.output.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        XCTAssertEqual(got, expected, "\(python): expected errno \(expected) (\(String(cString: strerror(expected)))), got \(got) \(result.error)",
+                       file: file, line: line)
+    }
+}
