@@ -31,6 +31,17 @@ public struct AccessStatus: Hashable, Sendable, Codable {
     public let kind: AccessKind
     public let path: ItemPath
     public let isDirectory: Bool
+
+    public init(ticket: AccessTicket, state: State, owner: OwnerID, purpose: PurposeID, kind: AccessKind,
+                path: ItemPath, isDirectory: Bool) {
+        self.ticket = ticket
+        self.state = state
+        self.owner = owner
+        self.purpose = purpose
+        self.kind = kind
+        self.path = path
+        self.isDirectory = isDirectory
+    }
 }
 
 public final class Arbiter: Sendable {

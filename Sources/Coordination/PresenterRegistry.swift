@@ -29,6 +29,12 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
     /// Set when the presenter let a message time out; cleared when it answers again.
     public internal(set) var isUnresponsive: Bool = false
 
+    public init(key: PresenterKey, path: ItemPath, isUnresponsive: Bool = false) {
+        self.key = key
+        self.path = path
+        self.isUnresponsive = isUnresponsive
+    }
+
     public var owner: OwnerID { key.owner }
     public var purpose: PurposeID { key.purpose }
 }

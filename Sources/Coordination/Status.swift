@@ -4,6 +4,12 @@ public struct PendingMessageStatus: Hashable, Sendable, Codable {
     public let id: MessageID
     public let presenter: PresenterKey
     public let message: PresenterMessage
+
+    public init(id: MessageID, presenter: PresenterKey, message: PresenterMessage) {
+        self.id = id
+        self.presenter = presenter
+        self.message = message
+    }
 }
 
 public struct CoordinationStatus: Hashable, Sendable, Codable {
