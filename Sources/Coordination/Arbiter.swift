@@ -65,17 +65,30 @@ public final class Arbiter: Sendable {
     /// an error on cancel, timeout or disconnect. If nothing stands in the way it is called before
     /// this method returns, on the caller's thread; otherwise later, on another thread. It is
     /// never called with the arbiter's lock held, so it may call back into the arbiter.
+    ///
+    /// - Parameters:
+    ///   - purpose: requests of the same owner under the same purpose never block each other.
+    ///   - timeout: how long the request may wait; nil waits until granted, cancelled or
+    ///     disconnected.
+    ///   - joinsOwnersAccesses: set for the filesystem's own access on behalf of a process that
+    ///     is a connected client (its I/O inside a coordinated read or write it took through the
+    ///     control socket). Such a request never waits for its owner's accesses, and if those
+    ///     already cover it, it is granted at once, ahead of any queue: the others in the queue
+    ///     are waiting for that very owner, so making it wait would deadlock.
     @discardableResult
     public func request(_ accesses: [ItemAccess], owner: OwnerID, purpose: PurposeID,
-                        timeout: Duration? = nil, completion: @escaping Completion) -> AccessTicket {
+                        timeout: Duration? = nil, joinsOwnersAccesses: Bool = false,
+                        completion: @escaping Completion) -> AccessTicket {
         let locks = accesses.map(lock(for:))
         let (ticket, grantedAtOnce) = state.withLock { state -> (AccessTicket, Bool) in
             state.nextTicket += 1
             let request = Request(ticket: AccessTicket(state.nextTicket), owner: owner, purpose: purpose,
-                                  accesses: accesses, locks: locks, completion: completion)
+                                  accesses: accesses, locks: locks, joinsOwnersAccesses: joinsOwnersAccesses,
+                                  completion: completion)
             // A newcomer waits behind every earlier waiter it conflicts with, not only behind the
             // holders: this is what keeps a stream of readers from starving a writer.
-            if state.isGrantable(request, blockedBy: state.waiting) {
+            if (joinsOwnersAccesses && state.ownerCovers(request))
+                || state.isGrantable(request, blockedBy: state.waiting) {
                 state.active[request.ticket] = request
                 return (request.ticket, true)
             }
@@ -200,9 +213,17 @@ struct Lock: Sendable {
 
     func conflicts(with other: Lock) -> Bool {
         guard isWrite || other.isWrite else { return false }
-        return path == other.path
-            || (reachesInside && path.isAncestor(of: other.path))
-            || (other.reachesInside && other.path.isAncestor(of: path))
+        return reaches(other.path) || other.reaches(path)
+    }
+
+    /// Whether holding this lock already gives `other`: the same or a wider kind, on the same
+    /// item or on a directory whose lock reaches inside.
+    func covers(_ other: Lock) -> Bool {
+        (isWrite || !other.isWrite) && reaches(other.path)
+    }
+
+    private func reaches(_ item: ItemPath) -> Bool {
+        path == item || (reachesInside && path.isAncestor(of: item))
     }
 }
 
@@ -212,11 +233,15 @@ private struct Request: Sendable {
     let purpose: PurposeID
     var accesses: [ItemAccess]
     var locks: [Lock]
+    let joinsOwnersAccesses: Bool
     let completion: Arbiter.Completion
     var timer: (any TimerHandle)?
 
     func conflicts(with other: Request) -> Bool {
-        guard purpose != other.purpose else { return false }
+        if owner == other.owner {
+            // Purposes are chosen by clients, so they only count within one owner.
+            if purpose == other.purpose || joinsOwnersAccesses || other.joinsOwnersAccesses { return false }
+        }
         return locks.contains { mine in other.locks.contains { mine.conflicts(with: $0) } }
     }
 
@@ -247,6 +272,12 @@ private struct State: Sendable {
     func isGrantable<Earlier: Sequence<Request>>(_ request: Request, blockedBy earlier: Earlier) -> Bool {
         !active.values.contains { request.conflicts(with: $0) }
             && !earlier.contains { request.conflicts(with: $0) }
+    }
+
+    /// Whether the owner's active accesses together already cover every lock of `request`.
+    func ownerCovers(_ request: Request) -> Bool {
+        let held = active.values.filter { $0.owner == request.owner }.flatMap(\.locks)
+        return request.locks.allSatisfy { wanted in held.contains { $0.covers(wanted) } }
     }
 
     /// Grants, in queue order, every waiter that conflicts neither with a holder nor with an

@@ -17,8 +17,8 @@ public struct OwnerID: Hashable, Sendable, Codable, Comparable, CustomStringConv
     }
 }
 
-/// Foundation's purpose identifier: accesses made under the same purpose (one coordinator, or
-/// one presenter and the coordinators made for it) never block each other.
+/// Foundation's purpose identifier: accesses of one owner made under the same purpose (one
+/// coordinator, or one presenter and the coordinators made for it) never block each other.
 public struct PurposeID: Hashable, Sendable, Codable, Comparable, CustomStringConvertible {
     public let rawValue: String
     public init(_ rawValue: String) { self.rawValue = rawValue }

@@ -197,6 +197,47 @@ final class ArbiterTests: XCTestCase {
         XCTAssertTrue(waiting.outcome.isGranted)
     }
 
+    func testPurposesOnlyCountWithinOneOwner() {
+        let mine = ask(.write(path("D/a")), owner: alice, purpose: "default")
+        let theirs = ask(.write(path("D/a")), owner: bob, purpose: "default")
+        XCTAssertTrue(mine.outcome.isGranted)
+        XCTAssertTrue(theirs.outcome.isPending, "another client cannot borrow a purpose")
+    }
+
+    func testClientIOInsideItsOwnCoordinatedWritePassesTheQueue() {
+        let coordinated = ask(.write(path("D/folder"), isDirectory: true, options: .forReplacing), owner: alice)
+        let other = ask(.read(path("D/folder/x")), owner: bob)
+        XCTAssertTrue(other.outcome.isPending)
+
+        let io = Outcome()
+        arbiter.request([.write(path("D/folder/x"))], owner: alice, purpose: PurposeID("fuse-1"),
+                        joinsOwnersAccesses: true, completion: io.completion)
+        XCTAssertTrue(io.isGranted, "covered by the owner's grant: no deadlock behind bob")
+
+        let plain = ask(.write(path("D/folder/x")), owner: alice)
+        XCTAssertTrue(plain.outcome.isPending, "without the flag it queues like anyone")
+        arbiter.release(coordinated.ticket)
+        XCTAssertTrue(other.outcome.isPending, "the I/O access still holds the item")
+    }
+
+    func testUncoveredClientIOQueuesButNeverWaitsForItsOwner() {
+        let ownRead = ask(.read(path("D/a")), owner: alice)
+        let io = Outcome()
+        arbiter.request([.write(path("D/a"))], owner: alice, purpose: PurposeID("fuse-2"),
+                        joinsOwnersAccesses: true, completion: io.completion)
+        XCTAssertTrue(io.isGranted, "does not wait for the owner's own read")
+        arbiter.release(io.grant!)
+
+        let bobReads = ask(.read(path("D/a")), owner: bob)
+        let io2 = Outcome()
+        arbiter.request([.write(path("D/a"))], owner: alice, purpose: PurposeID("fuse-3"),
+                        joinsOwnersAccesses: true, completion: io2.completion)
+        XCTAssertTrue(io2.isPending, "a read does not cover a write, and bob's read is in the way")
+        arbiter.release(bobReads.ticket)
+        XCTAssertTrue(io2.isGranted)
+        XCTAssertTrue(ownRead.outcome.isGranted)
+    }
+
     func testTimeoutFailsTheWaiterAndUnblocksThoseBehindIt() {
         let reader = ask(.read(path("D/a")))
         let writer = ask(.write(path("D/a")), owner: bob, timeout: .seconds(1))
