@@ -53,7 +53,7 @@ public final class Arbiter: Sendable {
 
     /// - Parameters:
     ///   - isPackage: whether a directory with this name is a file package (locked as a whole).
-    ///   - scheduler: runs the waiting timeouts.
+    ///   - scheduler: runs the waiting timeouts and the completions of requests that had to wait.
     public init(isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName,
                 scheduler: any Scheduler = DispatchScheduler()) {
         self.packageRule = PackageRule(isPackageName: isPackage)
@@ -63,8 +63,9 @@ public final class Arbiter: Sendable {
     /// Asks for all of `accesses` at once (all-or-nothing, so two requests can never each hold
     /// half of what the other needs). `completion` is called exactly once: with the grant, or with
     /// an error on cancel, timeout or disconnect. If nothing stands in the way it is called before
-    /// this method returns, on the caller's thread; otherwise later, on another thread. It is
-    /// never called with the arbiter's lock held, so it may call back into the arbiter.
+    /// this method returns, on the caller's thread; a later grant runs it through the scheduler
+    /// (a Dispatch queue by default). It is never called with the arbiter's lock held, so it may
+    /// call back into the arbiter.
     ///
     /// - Parameters:
     ///   - purpose: requests of the same owner under the same purpose never block each other.
@@ -115,8 +116,8 @@ public final class Arbiter: Sendable {
 
     public func release(_ ticket: AccessTicket) {
         let granted = state.withLock { state -> [Grantee] in
-            guard state.active.removeValue(forKey: ticket) != nil else { return [] }
-            return state.admitWaiters()
+            guard let released = state.active.removeValue(forKey: ticket) else { return [] }
+            return state.admitWaiters(freedBy: released)
         }
         notify(granted)
     }
@@ -172,7 +173,7 @@ public final class Arbiter: Sendable {
             guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return nil }
             let request = state.waiting.remove(at: index)
             // Whoever queued behind this request only for its sake may go now.
-            return (request, state.admitWaiters())
+            return (request, state.admitWaiters(freedBy: request))
         }
         guard let (request, granted) = outcome else { return false }
         request.timer?.cancel()
@@ -181,10 +182,13 @@ public final class Arbiter: Sendable {
         return true
     }
 
+    /// Tells the requests admitted by someone else's release. Their completions run through the
+    /// scheduler, not on the releasing thread: a completion that does its work and releases would
+    /// otherwise grant the next waiter inside itself, nesting as deep as the queue is long.
     private func notify(_ granted: [Grantee]) {
         for grantee in granted {
             grantee.timer?.cancel()
-            grantee.completion(.success(grantee.grant))
+            scheduler.execute { grantee.completion(.success(grantee.grant)) }
         }
     }
 
@@ -227,7 +231,9 @@ struct Lock: Sendable {
     }
 }
 
-private struct Request: Sendable {
+/// A class so that scanning the queue copies a reference, not the whole request. Only ever
+/// touched with the arbiter's lock held.
+private final class Request: @unchecked Sendable {
     let ticket: AccessTicket
     let owner: OwnerID
     let purpose: PurposeID
@@ -236,6 +242,17 @@ private struct Request: Sendable {
     let joinsOwnersAccesses: Bool
     let completion: Arbiter.Completion
     var timer: (any TimerHandle)?
+
+    init(ticket: AccessTicket, owner: OwnerID, purpose: PurposeID, accesses: [ItemAccess], locks: [Lock],
+         joinsOwnersAccesses: Bool, completion: @escaping Arbiter.Completion) {
+        self.ticket = ticket
+        self.owner = owner
+        self.purpose = purpose
+        self.accesses = accesses
+        self.locks = locks
+        self.joinsOwnersAccesses = joinsOwnersAccesses
+        self.completion = completion
+    }
 
     func conflicts(with other: Request) -> Bool {
         if owner == other.owner {
@@ -282,20 +299,30 @@ private struct State: Sendable {
 
     /// Grants, in queue order, every waiter that conflicts neither with a holder nor with an
     /// earlier waiter that is still waiting (FIFO among conflicting requests; others may pass).
-    mutating func admitWaiters() -> [Grantee] {
+    ///
+    /// `freed` is the one request just released or withdrawn, if that is the only change: then
+    /// only waiters that conflicted with it can have become grantable (whatever blocked any other
+    /// waiter is still active or still waiting ahead of it), and the others are not re-examined.
+    mutating func admitWaiters(freedBy freed: Request? = nil) -> [Grantee] {
         guard !waiting.isEmpty else { return [] }
-        var stillWaiting: Deque<Request> = []
-        var granted: [Grantee] = []
-        for request in waiting {
-            if isGrantable(request, blockedBy: stillWaiting) {
+        let queue = waiting
+        var stillWaiting: [Int] = []
+        var grantedIndices: [Int] = []
+        for index in queue.indices {
+            let request = queue[index]
+            let mayProceed = freed.map(request.conflicts(with:)) ?? true
+            if mayProceed && isGrantable(request, blockedBy: stillWaiting.lazy.map { queue[$0] }) {
                 active[request.ticket] = request
-                granted.append(Grantee(grant: request.grant, completion: request.completion, timer: request.timer))
+                grantedIndices.append(index)
             } else {
-                stillWaiting.append(request)
+                stillWaiting.append(index)
             }
         }
-        waiting = stillWaiting
-        return granted
+        guard !grantedIndices.isEmpty else { return [] }
+        for index in grantedIndices.reversed() { waiting.remove(at: index) }
+        return grantedIndices.map { index in
+            Grantee(grant: queue[index].grant, completion: queue[index].completion, timer: queue[index].timer)
+        }
     }
 
     /// Returns false if the ticket no longer waits (granted or settled before the timer existed).
@@ -305,9 +332,9 @@ private struct State: Sendable {
         return true
     }
 
-    mutating func reroot(from source: ItemPath, to destination: ItemPath, lock: (ItemAccess) -> Lock) {
-        func move(_ request: inout Request) {
-            guard request.accesses.contains(where: { source.isEqualOrAncestor(of: $0.path) }) else { return }
+    func reroot(from source: ItemPath, to destination: ItemPath, lock: (ItemAccess) -> Lock) {
+        for request in Array(waiting) + Array(active.values)
+        where request.accesses.contains(where: { source.isEqualOrAncestor(of: $0.path) }) {
             request.accesses = request.accesses.map { access in
                 var moved = access
                 if let path = access.path.replacingPrefix(source, with: destination) { moved.path = path }
@@ -315,7 +342,5 @@ private struct State: Sendable {
             }
             request.locks = request.accesses.map(lock)
         }
-        for index in waiting.indices { move(&waiting[index]) }
-        for ticket in Array(active.keys) { move(&active[ticket]!) }
     }
 }

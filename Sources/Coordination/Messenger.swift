@@ -96,9 +96,12 @@ public final class Messenger: Sendable {
     /// Delivers a plan's messages: each presenter's messages in order, one after the other's
     /// reply; different presenters in parallel, so the total wait is bounded by the busiest
     /// presenter's share rather than by the number of presenters. Results keep the input order.
+    /// If no reply had to be awaited, `completion` runs before this returns; otherwise it runs
+    /// through the scheduler, never on the thread that delivered the last reply (the control
+    /// socket's reader must not end up performing file operations).
     public func deliver(_ deliveries: [PresenterDelivery], completion: @escaping @Sendable ([DeliveryResult]) -> Void) {
         guard !deliveries.isEmpty else { return completion([]) }
-        let batch = DeliveryBatch(deliveries: deliveries, completion: completion)
+        let batch = DeliveryBatch(deliveries: deliveries, scheduler: scheduler, completion: completion)
         var queues: [PresenterKey: [Int]] = [:]
         var order: [PresenterKey] = []
         for (index, delivery) in deliveries.enumerated() {
@@ -108,6 +111,7 @@ public final class Messenger: Sendable {
         for presenter in order {
             sendInOrder(queues[presenter]![...], of: batch)
         }
+        batch.finishLaunching()
     }
 
     /// A client's answer to a message. Replies from anyone but the presenter's own client, and
@@ -183,24 +187,47 @@ private struct PendingReplies: Sendable {
 
 /// Collects the outcomes of one `deliver` call and reports them once all are in.
 private final class DeliveryBatch: Sendable {
-    let deliveries: [PresenterDelivery]
-    private let completion: @Sendable ([DeliveryResult]) -> Void
-    private let outcomes: Mutex<(results: [DeliveryOutcome?], missing: Int)>
+    private struct Progress {
+        var results: [DeliveryOutcome?]
+        var missing: Int
+        /// Still inside `deliver`: a batch finished by then is reported on the caller's thread.
+        var launching = true
+    }
 
-    init(deliveries: [PresenterDelivery], completion: @escaping @Sendable ([DeliveryResult]) -> Void) {
+    let deliveries: [PresenterDelivery]
+    private let scheduler: any Scheduler
+    private let completion: @Sendable ([DeliveryResult]) -> Void
+    private let progress: Mutex<Progress>
+
+    init(deliveries: [PresenterDelivery], scheduler: any Scheduler,
+         completion: @escaping @Sendable ([DeliveryResult]) -> Void) {
         self.deliveries = deliveries
+        self.scheduler = scheduler
         self.completion = completion
-        self.outcomes = Mutex((Array(repeating: nil, count: deliveries.count), deliveries.count))
+        self.progress = Mutex(Progress(results: Array(repeating: nil, count: deliveries.count),
+                                       missing: deliveries.count))
     }
 
     func record(_ outcome: DeliveryOutcome, at index: Int) {
-        let finished = outcomes.withLock { state -> [DeliveryOutcome]? in
-            guard state.results[index] == nil else { return nil }
-            state.results[index] = outcome
-            state.missing -= 1
-            return state.missing == 0 ? state.results.map { $0! } : nil
+        let finished = progress.withLock { progress -> [DeliveryResult]? in
+            guard progress.results[index] == nil else { return nil }
+            progress.results[index] = outcome
+            progress.missing -= 1
+            return progress.missing == 0 && !progress.launching ? results(progress) : nil
         }
         guard let finished else { return }
-        completion(zip(deliveries, finished).map { DeliveryResult(delivery: $0, outcome: $1) })
+        scheduler.execute { [completion] in completion(finished) }
+    }
+
+    func finishLaunching() {
+        let finished = progress.withLock { progress -> [DeliveryResult]? in
+            progress.launching = false
+            return progress.missing == 0 ? results(progress) : nil
+        }
+        if let finished { completion(finished) }
+    }
+
+    private func results(_ progress: Progress) -> [DeliveryResult] {
+        zip(deliveries, progress.results).map { DeliveryResult(delivery: $0, outcome: $1!) }
     }
 }

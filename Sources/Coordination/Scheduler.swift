@@ -1,6 +1,7 @@
 import Dispatch
 
-// Timers that never block a thread. Injected so tests can fire them deterministically.
+// Timers that never block a thread, and a place to run completions that became due on some other
+// caller's thread. Injected so tests can run both deterministically.
 
 public protocol TimerHandle: Sendable {
     func cancel()
@@ -9,6 +10,11 @@ public protocol TimerHandle: Sendable {
 public protocol Scheduler: Sendable {
     /// Runs `action` once after `delay` on some thread, unless the returned handle is cancelled.
     func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) -> any TimerHandle
+
+    /// Runs `action` soon, on some thread. Used for completions that became due on a thread that
+    /// is busy with something else (a release, a reply from a socket): running them there would
+    /// nest one operation inside another, without bound.
+    func execute(_ action: @escaping @Sendable () -> Void)
 }
 
 /// The production scheduler: `DispatchQueue.asyncAfter` on a global queue.
@@ -23,6 +29,10 @@ public struct DispatchScheduler: Scheduler {
         let item = DispatchWorkItem(block: action)
         queue.asyncAfter(deadline: .now() + delay.dispatchInterval, execute: item)
         return DispatchTimerHandle(item: item)
+    }
+
+    public func execute(_ action: @escaping @Sendable () -> Void) {
+        queue.async(execute: action)
     }
 }
 

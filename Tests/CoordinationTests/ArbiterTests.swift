@@ -1,5 +1,8 @@
 import Coordination
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import XCTest
 
@@ -328,6 +331,41 @@ final class ArbiterTests: XCTestCase {
         XCTAssertEqual(status.map(\.kind), [.write(.forMerging), .read(.withoutChanges)])
         XCTAssertEqual(status.map(\.path), [path("D/a"), path("D/a")])
         XCTAssertEqual(status.first?.ticket, holder.ticket)
+    }
+
+    func testALongQueueOfWritersThatReleaseInTheirCompletionsDoesNotNest() {
+        // With completions run on the releasing thread this chain would nest 1000 deep.
+        let realArbiter = Arbiter()
+        let holder = Outcome()
+        realArbiter.request([.write(path("hot"))], owner: alice, purpose: PurposeID("first"),
+                            completion: holder.completion)
+        let group = DispatchGroup()
+        let order = EventLog<Int>()
+        for index in 0..<1000 {
+            group.enter()
+            realArbiter.request([.write(path("hot"))], owner: bob, purpose: PurposeID("\(index)")) { result in
+                guard case .success(let grant) = result else { return XCTFail("not granted") }
+                order.append(index)
+                realArbiter.release(grant)
+                group.leave()
+            }
+        }
+        realArbiter.release(holder.grant!)
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(order.all, Array(0..<1000), "granted one by one, in order")
+    }
+
+    func testALaterGrantDoesNotRunOnTheReleasingThread() {
+        let realArbiter = Arbiter()
+        let holder = Outcome()
+        realArbiter.request([.write(path("a"))], owner: alice, purpose: PurposeID("1"), completion: holder.completion)
+        let releasingThread = pthread_self()
+        let ranElsewhere = expectation(description: "granted on another thread")
+        realArbiter.request([.write(path("a"))], owner: bob, purpose: PurposeID("2")) { _ in
+            if pthread_equal(pthread_self(), releasingThread) == 0 { ranElsewhere.fulfill() }
+        }
+        realArbiter.release(holder.grant!)
+        wait(for: [ranElsewhere], timeout: 5)
     }
 
     func testConcurrentWritersAreMutuallyExclusive() {

@@ -1,5 +1,8 @@
 import Coordination
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 import XCTest
 
 /// Records what was sent; optionally answers at once, as a well-behaved client would.
@@ -149,6 +152,19 @@ final class MessengerTests: XCTestCase {
         XCTAssertEqual(outcomes.all, [.presenterGone])
         XCTAssertEqual(messenger.pendingMessages(), [])
         XCTAssertEqual(scheduler.liveTimerCount, 0)
+    }
+
+    func testAFinishedBatchIsNotReportedOnTheReplyingThread() throws {
+        let transport = RecordingTransport()
+        let real = Messenger(registry: registry, transport: transport)
+        let replyThread = pthread_self()
+        let reported = expectation(description: "reported on another thread")
+        real.deliver([PresenterDelivery(.savePresentedItemChanges, to: quick)]) { results in
+            XCTAssertEqual(results.map(\.outcome), [.answered])
+            if pthread_equal(pthread_self(), replyThread) == 0 { reported.fulfill() }
+        }
+        real.receiveReply(try XCTUnwrap(transport.sent.all.first).id, from: bob)
+        wait(for: [reported], timeout: 5)
     }
 
     func testRealTimerNeverHangs() {

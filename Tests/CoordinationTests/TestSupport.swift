@@ -32,6 +32,11 @@ final class ManualScheduler: Scheduler {
         for timer in due { timer.action() }
     }
 
+    /// Runs at once: tests see every completion before the call that caused it returns.
+    func execute(_ action: @escaping @Sendable () -> Void) {
+        action()
+    }
+
     var liveTimerCount: Int {
         state.withLock { state in state.timers.filter { !state.cancelled.contains($0.id) }.count }
     }
