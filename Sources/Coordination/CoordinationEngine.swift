@@ -38,6 +38,17 @@ public final class CoordinationEngine: Sendable {
         self.messenger = messenger
     }
 
+    /// The usual set-up: one package rule shared by the arbiter and the registry, Dispatch timers.
+    public convenience init(transport: any PresenterTransport,
+                            isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName,
+                            replyTimeout: Duration = .seconds(2),
+                            onUnresponsive: @escaping @Sendable (PresenterKey, PresenterMessage) -> Void = { _, _ in }) {
+        let registry = PresenterRegistry(isPackage: isPackage)
+        self.init(arbiter: Arbiter(isPackage: isPackage), registry: registry,
+                  messenger: Messenger(registry: registry, transport: transport, replyTimeout: replyTimeout,
+                                       onUnresponsive: onUnresponsive))
+    }
+
     /// Starts `operation`. `completion` gets a session once the accesses are granted and the
     /// presenters have answered (or run out of time), or the arbiter's error. The caller then
     /// performs the operation and calls `session.end(tookEffect:)`.

@@ -6,6 +6,10 @@ public struct OwnerID: Hashable, Sendable, Codable, Comparable, CustomStringConv
     public let rawValue: UInt64
     public init(_ rawValue: UInt64) { self.rawValue = rawValue }
     public var description: String { "owner#\(rawValue)" }
+
+    /// The owner the filesystem uses for operations of programs that are not clients of the
+    /// control socket. Client connections are numbered from 1.
+    public static let ordinaryPrograms = OwnerID(0)
     public static func < (lhs: OwnerID, rhs: OwnerID) -> Bool { lhs.rawValue < rhs.rawValue }
 
     public init(from decoder: Decoder) throws {

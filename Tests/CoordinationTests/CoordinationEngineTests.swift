@@ -114,3 +114,24 @@ final class CoordinationEngineTests: XCTestCase {
         engine.messenger.receiveReply(transport.sent.all[index].id, from: owner)
     }
 }
+
+final class CoordinationEngineSetupTests: XCTestCase {
+    func testConvenienceInitSharesOnePackageRule() {
+        let engine = CoordinationEngine(transport: RecordingTransport(),
+                                        isPackage: { $0.pathExtension == Array("pages".utf8) })
+        engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("p")), path: path("D/x.app"))
+        engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("q")), path: path("D/y.pages"))
+        XCTAssertEqual(engine.registry.presentersOfEnclosingPackages(of: path("D/x.app/f")), [])
+        XCTAssertEqual(engine.registry.presentersOfEnclosingPackages(of: path("D/y.pages/f")).map(\.purpose),
+                       [PurposeID("q")])
+        let holder = Outcome()
+        let inApp = Outcome()
+        let inPages = Outcome()
+        engine.arbiter.request([.write(path("D/x.app/f")), .write(path("D/y.pages/f"))], owner: alice,
+                               purpose: PurposeID("1"), completion: holder.completion)
+        engine.arbiter.request([.write(path("D/x.app/g"))], owner: bob, purpose: PurposeID("2"), completion: inApp.completion)
+        engine.arbiter.request([.write(path("D/y.pages/g"))], owner: bob, purpose: PurposeID("3"), completion: inPages.completion)
+        XCTAssertTrue(inApp.isGranted)
+        XCTAssertTrue(inPages.isPending)
+    }
+}
