@@ -1,5 +1,4 @@
 import DequeModule
-import Synchronization
 
 // The arbitration engine (container semantics, section 3.1). Callers never wait here: a request
 // either is granted at once or joins a FIFO queue, and its completion runs later on whichever
@@ -49,7 +48,7 @@ public final class Arbiter: Sendable {
 
     public let packageRule: PackageRule
     private let scheduler: any Scheduler
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// - Parameters:
     ///   - isPackage: whether a directory with this name is a file package (locked as a whole).

@@ -1,4 +1,3 @@
-import Synchronization
 
 // One coordinated operation from start to end, as a FUSE handler or the control socket needs it:
 // wait for the accesses, let presenters relinquish and save, hand over, then publish what
@@ -92,7 +91,7 @@ public final class OperationSession: Sendable {
     public let grant: AccessGrant
     public let plan: NotificationPlan
     private let engine: CoordinationEngine
-    private let ended = Mutex(false)
+    private let ended = Locked(false)
 
     init(engine: CoordinationEngine, operation: CoordinatedOperation, grant: AccessGrant, plan: NotificationPlan) {
         self.engine = engine

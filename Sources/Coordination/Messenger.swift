@@ -1,4 +1,3 @@
-import Synchronization
 
 // Sends presenter messages and waits for replies without blocking any thread, each wait bounded
 // (container semantics, section 3.3): a presenter that does not answer in time counts as having
@@ -55,7 +54,7 @@ public final class Messenger: Sendable {
     private let transport: any PresenterTransport
     private let scheduler: any Scheduler
     private let onUnresponsive: @Sendable (PresenterKey, PresenterMessage) -> Void
-    private let state = Mutex(PendingReplies())
+    private let state = Locked(PendingReplies())
 
     /// - Parameter onUnresponsive: called when a presenter's time runs out (for the daemon log).
     public init(registry: PresenterRegistry, transport: any PresenterTransport,
@@ -197,14 +196,14 @@ private final class DeliveryBatch: Sendable {
     let deliveries: [PresenterDelivery]
     private let scheduler: any Scheduler
     private let completion: @Sendable ([DeliveryResult]) -> Void
-    private let progress: Mutex<Progress>
+    private let progress: Locked<Progress>
 
     init(deliveries: [PresenterDelivery], scheduler: any Scheduler,
          completion: @escaping @Sendable ([DeliveryResult]) -> Void) {
         self.deliveries = deliveries
         self.scheduler = scheduler
         self.completion = completion
-        self.progress = Mutex(Progress(results: Array(repeating: nil, count: deliveries.count),
+        self.progress = Locked(Progress(results: Array(repeating: nil, count: deliveries.count),
                                        missing: deliveries.count))
     }
 

@@ -1,4 +1,3 @@
-import Synchronization
 
 // Presenters registered by clients, keyed by the item they present. Lookups scan all presenters;
 // a mount has few presenters compared with file operations, and a scan keeps re-keying on moves
@@ -41,7 +40,7 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
 
 public final class PresenterRegistry: Sendable {
     public let packageRule: PackageRule
-    private let presenters = Mutex<[PresenterKey: PresenterRecord]>([:])
+    private let presenters = Locked<[PresenterKey: PresenterRecord]>([:])
 
     public init(isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName) {
         self.packageRule = PackageRule(isPackageName: isPackage)

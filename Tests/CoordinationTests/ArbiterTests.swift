@@ -1,9 +1,8 @@
-import Coordination
+@testable import Coordination
 import Dispatch
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
 import XCTest
 
 final class ArbiterTests: XCTestCase {
@@ -370,8 +369,8 @@ final class ArbiterTests: XCTestCase {
 
     func testConcurrentWritersAreMutuallyExclusive() {
         let realArbiter = Arbiter()
-        let holders = Mutex<[Int]>([0, 0, 0])
-        let violations = Mutex(0)
+        let holders = Locked<[Int]>([0, 0, 0])
+        let violations = Locked(0)
         let group = DispatchGroup()
         let total = 600
         for _ in 0..<total { group.enter() }
@@ -402,6 +401,6 @@ final class ArbiterTests: XCTestCase {
 
 /// Unique purpose strings without Foundation's UUID.
 enum UUIDish {
-    private static let counter = Mutex(0)
+    private static let counter = Locked(0)
     static func next() -> String { "purpose-\(counter.withLock { $0 += 1; return $0 })" }
 }

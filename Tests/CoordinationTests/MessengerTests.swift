@@ -1,5 +1,4 @@
-import Coordination
-import Synchronization
+@testable import Coordination
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -14,8 +13,8 @@ final class RecordingTransport: PresenterTransport {
     }
 
     let sent = EventLog<Sent>()
-    private let answering = Mutex<Set<PresenterKey>>([])
-    private let messenger = Mutex<Messenger?>(nil)
+    private let answering = Locked<Set<PresenterKey>>([])
+    private let messenger = Locked<Messenger?>(nil)
 
     func connect(_ messenger: Messenger) { self.messenger.withLock { $0 = messenger } }
     func answerAtOnce(_ presenter: PresenterKey) { _ = answering.withLock { $0.insert(presenter) } }

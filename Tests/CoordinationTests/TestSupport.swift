@@ -1,5 +1,4 @@
-import Coordination
-import Synchronization
+@testable import Coordination
 import XCTest
 
 /// A scheduler whose time moves only when a test says so.
@@ -10,7 +9,7 @@ final class ManualScheduler: Scheduler {
         let action: @Sendable () -> Void
     }
 
-    private let state = Mutex<(now: Duration, nextID: Int, timers: [Timer], cancelled: Set<Int>)>((.zero, 0, [], []))
+    private let state = Locked<(now: Duration, nextID: Int, timers: [Timer], cancelled: Set<Int>)>((.zero, 0, [], []))
 
     func schedule(after delay: Duration, _ action: @escaping @Sendable () -> Void) -> any TimerHandle {
         let id = state.withLock { state -> Int in
@@ -54,14 +53,14 @@ final class ManualScheduler: Scheduler {
 
 /// Thread-safe list of events, for asserting order.
 final class EventLog<Event: Sendable>: Sendable {
-    private let events = Mutex<[Event]>([])
+    private let events = Locked<[Event]>([])
     func append(_ event: Event) { events.withLock { $0.append(event) } }
     var all: [Event] { events.withLock { $0 } }
 }
 
 /// Captures what an arbiter completion was called with, and how often.
 final class Outcome: Sendable {
-    private let results = Mutex<[Result<AccessGrant, CoordinationError>]>([])
+    private let results = Locked<[Result<AccessGrant, CoordinationError>]>([])
 
     var completion: Arbiter.Completion {
         { result in self.results.withLock { $0.append(result) } }
