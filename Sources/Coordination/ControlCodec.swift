@@ -1,0 +1,233 @@
+import Foundation
+
+// Framing and JSON encoding of control messages (docs/control-protocol.md). Every frame is a
+// 4-byte big-endian payload length, then a JSON object {"version": 1, "type": ..., "body": ...}.
+// Decoding is strict and total: any input either yields a message or a ControlCodecError.
+
+public enum ControlCodecError: Error, Hashable, Sendable {
+    /// Fewer bytes than the header or the announced payload needs.
+    case truncated(needed: Int, available: Int)
+    /// The announced payload is larger than the limit; the stream cannot be resynchronised.
+    case oversized(length: Int, limit: Int)
+    /// Not JSON, not an object, a missing or mistyped field, an unknown option, a bad path…
+    case malformed(String)
+    case unsupportedVersion(Int)
+    case unknownMessageType(String)
+}
+
+public enum ControlCodec {
+    public static let protocolVersion = 1
+    public static let headerSize = 4
+    /// The largest payload either side sends or accepts: 1 MiB.
+    public static let maxPayloadSize = 1 << 20
+
+    /// One complete frame, header included.
+    public static func encode(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
+        let payload = try encodePayload(message)
+        guard payload.count <= maxPayloadSize else {
+            throw .oversized(length: payload.count, limit: maxPayloadSize)
+        }
+        let length = UInt32(payload.count)
+        return [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+            + payload
+    }
+
+    /// Decodes exactly one frame: missing bytes are `truncated`, extra bytes are `malformed`.
+    public static func decode(frame: [UInt8]) throws(ControlCodecError) -> ControlMessage {
+        guard frame.count >= headerSize else { throw .truncated(needed: headerSize, available: frame.count) }
+        let length = try payloadLength(frame[0..<headerSize])
+        let needed = headerSize + length
+        guard frame.count >= needed else { throw .truncated(needed: needed, available: frame.count) }
+        guard frame.count == needed else { throw .malformed("\(frame.count - needed) bytes after the frame") }
+        return try decodePayload(frame[headerSize...])
+    }
+
+    /// Reads a frame header: the payload length, checked against the limit.
+    static func payloadLength(_ header: ArraySlice<UInt8>) throws(ControlCodecError) -> Int {
+        let bytes = Array(header)
+        let length = Int(bytes[0]) << 24 | Int(bytes[1]) << 16 | Int(bytes[2]) << 8 | Int(bytes[3])
+        guard length <= maxPayloadSize else { throw .oversized(length: length, limit: maxPayloadSize) }
+        return length
+    }
+
+    static func encodePayload(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        do {
+            switch message {
+            case .hello(let body): return try encode(.hello, body, encoder)
+            case .helloReply(let body): return try encode(.helloReply, body, encoder)
+            case .addPresenter(let body): return try encode(.addPresenter, body, encoder)
+            case .removePresenter(let body): return try encode(.removePresenter, body, encoder)
+            case .coordinate(let body): return try encode(.coordinate, body, encoder)
+            case .granted(let body): return try encode(.granted, body, encoder)
+            case .denied(let body): return try encode(.denied, body, encoder)
+            case .release(let body): return try encode(.release, body, encoder)
+            case .cancel(let body): return try encode(.cancel, body, encoder)
+            case .presenterMessage(let body): return try encode(.presenterMessage, body, encoder)
+            case .presenterReply(let body): return try encode(.presenterReply, body, encoder)
+            case .statusRequest: return try encode(.statusRequest, Empty(), encoder)
+            case .statusReply(let body): return try encode(.statusReply, body, encoder)
+            case .error(let body): return try encode(.error, body, encoder)
+            }
+        } catch {
+            throw .malformed("cannot encode \(message.type.rawValue): \(error)")
+        }
+    }
+
+    static func decodePayload(_ payload: ArraySlice<UInt8>) throws(ControlCodecError) -> ControlMessage {
+        guard !payload.isEmpty else { throw .malformed("empty payload") }
+        let data = Data(payload)
+        let decoder = JSONDecoder()
+        let header: Header
+        do {
+            header = try decoder.decode(Header.self, from: data)
+        } catch {
+            throw .malformed(describe(error))
+        }
+        guard header.version == protocolVersion else { throw .unsupportedVersion(header.version) }
+        guard let type = MessageType(rawValue: header.type) else { throw .unknownMessageType(header.type) }
+        func body<Body: Decodable>(_: Body.Type) throws -> Body {
+            try decoder.decode(Envelope<Body>.self, from: data).body
+        }
+        do {
+            switch type {
+            case .hello: return .hello(try body(ControlMessage.Hello.self))
+            case .helloReply: return .helloReply(try body(ControlMessage.HelloReply.self))
+            case .addPresenter: return .addPresenter(try body(ControlMessage.AddPresenter.self))
+            case .removePresenter: return .removePresenter(try body(ControlMessage.RemovePresenter.self))
+            case .coordinate: return .coordinate(try body(ControlMessage.CoordinateRequest.self))
+            case .granted: return .granted(try body(ControlMessage.Granted.self))
+            case .denied: return .denied(try body(ControlMessage.Denied.self))
+            case .release: return .release(try body(ControlMessage.Release.self))
+            case .cancel: return .cancel(try body(ControlMessage.Cancel.self))
+            case .presenterMessage: return .presenterMessage(try body(ControlMessage.PresenterNotice.self))
+            case .presenterReply: return .presenterReply(try body(ControlMessage.PresenterReply.self))
+            case .statusRequest: _ = try body(Empty.self); return .statusRequest
+            case .statusReply: return .statusReply(try body(CoordinationStatus.self))
+            case .error: return .error(try body(ControlMessage.ControlError.self))
+            }
+        } catch {
+            throw .malformed("\(type.rawValue): \(describe(error))")
+        }
+    }
+
+    private static func encode<Body: Encodable>(_ type: MessageType, _ body: Body, _ encoder: JSONEncoder) throws -> [UInt8] {
+        Array(try encoder.encode(Envelope(version: protocolVersion, type: type.rawValue, body: body)))
+    }
+
+    /// A short reason for an error report, without echoing large inputs back.
+    private static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "invalid JSON" }
+        let (context, what): (DecodingError.Context, String) = switch error {
+        case .typeMismatch(_, let context): (context, "wrong type")
+        case .valueNotFound(_, let context): (context, "missing value")
+        case .keyNotFound(let key, let context): (context, "missing field \(key.stringValue)")
+        case .dataCorrupted(let context): (context, context.debugDescription)
+        @unknown default: (DecodingError.Context(codingPath: [], debugDescription: ""), "invalid")
+        }
+        let path = context.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+        return String((path.isEmpty ? what : "\(path): \(what)").prefix(200))
+    }
+}
+
+extension ControlMessage {
+    /// The `type` field on the wire.
+    var type: MessageType {
+        switch self {
+        case .hello: return .hello
+        case .helloReply: return .helloReply
+        case .addPresenter: return .addPresenter
+        case .removePresenter: return .removePresenter
+        case .coordinate: return .coordinate
+        case .granted: return .granted
+        case .denied: return .denied
+        case .release: return .release
+        case .cancel: return .cancel
+        case .presenterMessage: return .presenterMessage
+        case .presenterReply: return .presenterReply
+        case .statusRequest: return .statusRequest
+        case .statusReply: return .statusReply
+        case .error: return .error
+        }
+    }
+}
+
+enum MessageType: String, CaseIterable {
+    case hello, helloReply, addPresenter, removePresenter, coordinate, granted, denied, release, cancel
+    case presenterMessage, presenterReply, statusRequest, statusReply, error
+}
+
+private struct Header: Decodable {
+    let version: Int
+    let type: String
+}
+
+private struct Envelope<Body> {
+    let version: Int
+    let type: String
+    let body: Body
+}
+
+extension Envelope: Encodable where Body: Encodable {}
+extension Envelope: Decodable where Body: Decodable {}
+
+private struct Empty: Codable {}
+
+/// Splits a byte stream into control messages. Feed it whatever the socket returns; take
+/// messages out with `next()` until it returns nil; call `finish()` at end of stream.
+public struct FrameReader: Sendable {
+    private var buffer: [UInt8] = []
+    private var start = 0
+    /// Set once framing is lost (an oversized header): every later call fails the same way.
+    private var broken: ControlCodecError?
+
+    public init() {}
+
+    public var bufferedByteCount: Int { buffer.count - start }
+
+    public mutating func append<Bytes: Sequence<UInt8>>(_ bytes: Bytes) {
+        buffer.append(contentsOf: bytes)
+    }
+
+    /// The next complete message, or nil if more bytes are needed. A malformed payload is
+    /// skipped (its frame was well delimited) after its error is thrown.
+    public mutating func next() throws(ControlCodecError) -> ControlMessage? {
+        if let broken { throw broken }
+        guard bufferedByteCount >= ControlCodec.headerSize else { return nil }
+        let length: Int
+        do {
+            length = try ControlCodec.payloadLength(buffer[start..<start + ControlCodec.headerSize])
+        } catch {
+            broken = error
+            throw error
+        }
+        guard bufferedByteCount >= ControlCodec.headerSize + length else { return nil }
+        let payload = buffer[(start + ControlCodec.headerSize)..<(start + ControlCodec.headerSize + length)]
+        start += ControlCodec.headerSize + length
+        defer { compact() }
+        return try ControlCodec.decodePayload(payload)
+    }
+
+    /// Call at end of stream: leftover bytes mean the peer stopped in the middle of a frame.
+    public func finish() throws(ControlCodecError) {
+        if let broken { throw broken }
+        guard bufferedByteCount > 0 else { return }
+        var needed = ControlCodec.headerSize
+        if bufferedByteCount >= ControlCodec.headerSize {
+            needed += try ControlCodec.payloadLength(buffer[start..<start + ControlCodec.headerSize])
+        }
+        throw .truncated(needed: needed, available: bufferedByteCount)
+    }
+
+    /// Drops consumed bytes once they are the larger part of the buffer (amortised O(1)).
+    private mutating func compact() {
+        if start == buffer.count {
+            buffer.removeAll(keepingCapacity: buffer.count <= 2 * ControlCodec.maxPayloadSize)
+            start = 0
+        } else if start > 4096, start * 2 > buffer.count {
+            buffer.removeFirst(start)
+            start = 0
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// The coordination layer: arbitration, presenters and the control protocol.

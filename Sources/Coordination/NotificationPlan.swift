@@ -1,0 +1,146 @@
+// Who hears what, and in which order, for one coordinated operation (container semantics,
+// section 3.2). A plan is computed from a snapshot of the registry before the operation, so the
+// "after" messages of a move already carry the new paths.
+
+public enum CoordinatedOperation: Hashable, Sendable {
+    /// Open for reading.
+    case read(ItemPath, options: ReadingOptions = [])
+    /// Open for writing or truncate an existing item.
+    case write(ItemPath)
+    /// Create a file, directory, symlink or hard link.
+    case create(ItemPath)
+    /// Unlink or rmdir; for a directory, presenters of everything inside hear it too.
+    case delete(ItemPath)
+    /// Rename; `replacesDestination` when something already existed at `destination`.
+    case move(from: ItemPath, to: ItemPath, replacesDestination: Bool)
+    /// An editor's safe save: a temporary file renamed over `original`. Presenters of the
+    /// original hear a change, not a deletion (section 4, point 5).
+    case saveByReplacing(temporary: ItemPath, original: ItemPath)
+    /// chmod, chown, utimes, xattr.
+    case metadataChange(ItemPath)
+}
+
+/// Who started the operation: presenters matching either field hear nothing about it. The
+/// filesystem passes the client connection of the calling process (if it has one) as `owner`;
+/// a library request passes its connection and its purpose.
+public struct Initiator: Hashable, Sendable {
+    public var owner: OwnerID?
+    public var purpose: PurposeID?
+
+    public init(owner: OwnerID? = nil, purpose: PurposeID? = nil) {
+        self.owner = owner
+        self.purpose = purpose
+    }
+
+    func isOrigin(of presenter: PresenterRecord) -> Bool {
+        presenter.owner == owner || presenter.purpose == purpose
+    }
+}
+
+public struct NotificationPlan: Hashable, Sendable {
+    /// To deliver (waiting for replies) before the operation may proceed.
+    public var before: [PresenterDelivery] = []
+    /// To deliver once the operation is done and published (for a read: when it ends).
+    public var after: [PresenterDelivery] = []
+
+    public init(before: [PresenterDelivery] = [], after: [PresenterDelivery] = []) {
+        self.before = before
+        self.after = after
+    }
+
+    public init(for operation: CoordinatedOperation, initiator: Initiator, registry: PresenterRegistry) {
+        let audience = Audience(registry: registry, initiator: initiator)
+        switch operation {
+        case .read(let path, let options):
+            let holders = audience.holders(of: path)
+            for presenter in holders {
+                add(.relinquishPresentedItemToReader, to: presenter, in: \.before)
+                if !options.contains(.withoutChanges) { add(.savePresentedItemChanges, to: presenter, in: \.before) }
+            }
+            add(.reacquirePresentedItem, toEach: holders, in: \.after)
+
+        case .write(let path):
+            publish(change: .presentedSubitemDidChange(at: path), of: path, audience: audience)
+
+        case .saveByReplacing(_, let original):
+            publish(change: .presentedSubitemDidChange(at: original), of: original, audience: audience)
+
+        case .create(let path):
+            publish(change: .presentedSubitemDidAppear(at: path), of: path, audience: audience)
+
+        case .delete(let path):
+            add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: path), in: \.before)
+            add(.accommodatePresentedSubitemDeletion(at: path), toEach: audience.directories(above: path), in: \.before)
+
+        case .move(let source, let destination, let replacesDestination):
+            if replacesDestination {
+                add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: destination), in: \.before)
+            }
+            let moving = audience.subtree(at: source)
+            let packages = audience.packages(above: source)
+            add(.relinquishPresentedItemToWriter, toEach: moving + packages, in: \.before)
+            for presenter in moving {
+                let newPath = presenter.path.replacingPrefix(source, with: destination)!
+                add(.presentedItemDidMove(to: newPath), to: presenter, in: \.after)
+            }
+            // Both the old and the new enclosing directories see the subitem move, each once.
+            var directories = audience.directories(above: source)
+            let known = Set(directories.map(\.key))
+            directories += audience.directories(above: destination).filter { !known.contains($0.key) }
+            add(.presentedSubitemDidMove(from: source, to: destination), toEach: directories, in: \.after)
+            add(.reacquirePresentedItem, toEach: moving + packages, in: \.after)
+
+        case .metadataChange(let path):
+            add(.presentedItemDidChange, toEach: audience.presenters(of: path), in: \.after)
+        }
+    }
+
+    /// The write pattern: relinquish to writer; once published, the item did change and its
+    /// enclosing directories hear `directoryMessage`; then reacquire.
+    private mutating func publish(change directoryMessage: PresenterMessage, of path: ItemPath, audience: Audience) {
+        let holders = audience.holders(of: path)
+        add(.relinquishPresentedItemToWriter, toEach: holders, in: \.before)
+        add(.presentedItemDidChange, toEach: audience.presenters(of: path), in: \.after)
+        add(directoryMessage, toEach: audience.directories(above: path), in: \.after)
+        add(.reacquirePresentedItem, toEach: holders, in: \.after)
+    }
+
+    private mutating func add(_ message: PresenterMessage, to presenter: PresenterRecord,
+                              in phase: WritableKeyPath<NotificationPlan, [PresenterDelivery]>) {
+        self[keyPath: phase].append(PresenterDelivery(message, to: presenter.key))
+    }
+
+    private mutating func add(_ message: PresenterMessage, toEach presenters: [PresenterRecord],
+                              in phase: WritableKeyPath<NotificationPlan, [PresenterDelivery]>) {
+        for presenter in presenters { add(message, to: presenter, in: phase) }
+    }
+}
+
+/// The registry seen from one operation: the initiator's own presenters are left out.
+private struct Audience {
+    let registry: PresenterRegistry
+    let initiator: Initiator
+
+    private func others(_ presenters: [PresenterRecord]) -> [PresenterRecord] {
+        presenters.filter { !initiator.isOrigin(of: $0) }
+    }
+
+    func presenters(of path: ItemPath) -> [PresenterRecord] { others(registry.presenters(of: path)) }
+
+    func packages(above path: ItemPath) -> [PresenterRecord] {
+        others(registry.presentersOfEnclosingPackages(of: path))
+    }
+
+    /// Whoever holds the item in the sense of coordination: its presenters, and the presenters
+    /// of packages around it, since a package is one item as a whole.
+    func holders(of path: ItemPath) -> [PresenterRecord] { presenters(of: path) + packages(above: path) }
+
+    /// The item's presenters and those of everything inside it.
+    func subtree(at path: ItemPath) -> [PresenterRecord] {
+        presenters(of: path) + others(registry.presenters(inside: path))
+    }
+
+    func directories(above path: ItemPath) -> [PresenterRecord] {
+        others(registry.presentersOfEnclosingDirectories(of: path))
+    }
+}

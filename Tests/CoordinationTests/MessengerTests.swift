@@ -1,0 +1,178 @@
+@testable import Coordination
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+
+/// Records what was sent; optionally answers at once, as a well-behaved client would.
+final class RecordingTransport: PresenterTransport {
+    struct Sent: Equatable {
+        let id: MessageID
+        let message: PresenterMessage
+        let presenter: PresenterKey
+    }
+
+    let sent = EventLog<Sent>()
+    private let answering = Locked<Set<PresenterKey>>([])
+    private let messenger = Locked<Messenger?>(nil)
+
+    func connect(_ messenger: Messenger) { self.messenger.withLock { $0 = messenger } }
+    func answerAtOnce(_ presenter: PresenterKey) { _ = answering.withLock { $0.insert(presenter) } }
+
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
+        sent.append(Sent(id: id, message: message, presenter: presenter))
+        if message.expectsReply, answering.withLock({ $0.contains(presenter) }) {
+            messenger.withLock { $0 }?.receiveReply(id, from: presenter.owner)
+        }
+    }
+}
+
+final class MessengerTests: XCTestCase {
+    private let registry = PresenterRegistry()
+    private let scheduler = ManualScheduler()
+    private let transport = RecordingTransport()
+    private let unresponsiveLog = EventLog<PresenterKey>()
+    private var messenger: Messenger!
+    private let quick = PresenterKey(owner: bob, purpose: PurposeID("quick"))
+    private let slow = PresenterKey(owner: carol, purpose: PurposeID("slow"))
+
+    override func setUp() {
+        registry.add(quick, path: path("a"))
+        registry.add(slow, path: path("a"))
+        let log = unresponsiveLog
+        messenger = Messenger(registry: registry, transport: transport, replyTimeout: .seconds(2),
+                              unresponsiveReplyTimeout: .milliseconds(300), scheduler: scheduler,
+                              onUnresponsive: { presenter, _ in log.append(presenter) })
+        transport.connect(messenger)
+    }
+
+    private func send(_ message: PresenterMessage, to presenter: PresenterKey) -> EventLog<DeliveryOutcome> {
+        let outcomes = EventLog<DeliveryOutcome>()
+        messenger.send(message, to: presenter) { outcomes.append($0) }
+        return outcomes
+    }
+
+    func testAnswerCompletesAndCancelsTheTimer() throws {
+        let outcomes = send(.savePresentedItemChanges, to: quick)
+        XCTAssertEqual(outcomes.all, [])
+        let sent = try XCTUnwrap(transport.sent.all.first)
+        messenger.receiveReply(sent.id, from: bob)
+        XCTAssertEqual(outcomes.all, [.answered])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+        messenger.receiveReply(sent.id, from: bob)
+        scheduler.advance(by: .seconds(10))
+        XCTAssertEqual(outcomes.all, [.answered], "a duplicate reply or a late timer changes nothing")
+    }
+
+    func testSilenceCountsAsAnswerAndMarksThePresenterUnresponsive() throws {
+        let outcomes = send(.relinquishPresentedItemToWriter, to: slow)
+        scheduler.advance(by: .milliseconds(1999))
+        XCTAssertEqual(outcomes.all, [])
+        scheduler.advance(by: .milliseconds(1))
+        XCTAssertEqual(outcomes.all, [.timedOut])
+        XCTAssertEqual(registry.unresponsivePresenters().map(\.key), [slow])
+        XCTAssertEqual(unresponsiveLog.all, [slow])
+        XCTAssertEqual(CoordinationStatus(arbiter: Arbiter(), registry: registry).unresponsivePresenters.map(\.key), [slow])
+
+        // Once unresponsive, it gets the short wait; answering makes it responsive again.
+        let next = send(.savePresentedItemChanges, to: slow)
+        scheduler.advance(by: .milliseconds(300))
+        XCTAssertEqual(next.all, [.timedOut])
+        let third = send(.savePresentedItemChanges, to: slow)
+        messenger.receiveReply(try XCTUnwrap(transport.sent.all.last).id, from: carol)
+        XCTAssertEqual(third.all, [.answered])
+        XCTAssertEqual(registry.unresponsivePresenters(), [])
+    }
+
+    func testNotificationsAreNotWaitedFor() {
+        let outcomes = send(.presentedItemDidChange, to: slow)
+        XCTAssertEqual(outcomes.all, [.notified])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+        XCTAssertEqual(transport.sent.all.map(\.message), [.presentedItemDidChange])
+    }
+
+    func testUnknownPresenterIsGoneAndHearsNothing() {
+        let outcomes = send(.savePresentedItemChanges, to: PresenterKey(owner: bob, purpose: PurposeID("nobody")))
+        XCTAssertEqual(outcomes.all, [.presenterGone])
+        XCTAssertEqual(transport.sent.all, [])
+    }
+
+    func testRepliesFromAnotherClientAreIgnoredAndErrorsAreReported() throws {
+        let outcomes = send(.savePresentedItemChanges, to: quick)
+        let id = try XCTUnwrap(transport.sent.all.first).id
+        messenger.receiveReply(id, from: carol)
+        XCTAssertEqual(outcomes.all, [])
+        messenger.receiveReply(id, from: bob, error: "disk full")
+        XCTAssertEqual(outcomes.all, [.failed("disk full")])
+    }
+
+    func testDeliverKeepsPerPresenterOrderAndRunsPresentersInParallel() throws {
+        let results = EventLog<[DeliveryResult]>()
+        let plan = [
+            PresenterDelivery(.relinquishPresentedItemToReader, to: slow),
+            PresenterDelivery(.relinquishPresentedItemToReader, to: quick),
+            PresenterDelivery(.savePresentedItemChanges, to: slow),
+            PresenterDelivery(.savePresentedItemChanges, to: quick),
+        ]
+        messenger.deliver(plan) { results.append($0) }
+        XCTAssertEqual(transport.sent.all.map(\.presenter), [slow, quick],
+                       "each presenter's first message goes out at once; its second waits for the reply")
+        messenger.receiveReply(transport.sent.all[1].id, from: bob)
+        XCTAssertEqual(transport.sent.all.map(\.message).last, .savePresentedItemChanges)
+        XCTAssertEqual(transport.sent.all.last?.presenter, quick)
+        messenger.receiveReply(transport.sent.all[2].id, from: bob)
+        XCTAssertEqual(results.all.count, 0, "the slow presenter has not answered yet")
+
+        scheduler.advance(by: .seconds(2))  // slow's first message times out, its second goes out
+        XCTAssertEqual(transport.sent.all.count, 4)
+        XCTAssertEqual(results.all.count, 0)
+        scheduler.advance(by: .milliseconds(300))  // now unresponsive: the short wait
+        let outcome = try XCTUnwrap(results.all.first)
+        XCTAssertEqual(results.all.count, 1)
+        XCTAssertEqual(outcome.map(\.delivery), plan)
+        XCTAssertEqual(outcome.map(\.outcome), [.timedOut, .answered, .timedOut, .answered])
+    }
+
+    func testDeliverWithPromptPresentersFinishesSynchronously() {
+        transport.answerAtOnce(quick)
+        let results = EventLog<[DeliveryOutcome]>()
+        messenger.deliver([PresenterDelivery(.relinquishPresentedItemToWriter, to: quick),
+                           PresenterDelivery(.presentedItemDidChange, to: quick),
+                           PresenterDelivery(.reacquirePresentedItem, to: quick)]) { results.append($0.map(\.outcome)) }
+        XCTAssertEqual(results.all, [[.answered, .notified, .notified]])
+        messenger.deliver([]) { results.append($0.map(\.outcome)) }
+        XCTAssertEqual(results.all.last, [])
+    }
+
+    func testDisconnectSettlesPendingMessagesAtOnce() {
+        let outcomes = send(.accommodatePresentedItemDeletion, to: slow)
+        XCTAssertEqual(messenger.pendingMessages().map(\.presenter), [slow])
+        messenger.disconnect(carol)
+        XCTAssertEqual(outcomes.all, [.presenterGone])
+        XCTAssertEqual(messenger.pendingMessages(), [])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+    }
+
+    func testAFinishedBatchIsNotReportedOnTheReplyingThread() throws {
+        let transport = RecordingTransport()
+        let real = Messenger(registry: registry, transport: transport)
+        let replyThread = pthread_self()
+        let reported = expectation(description: "reported on another thread")
+        real.deliver([PresenterDelivery(.savePresentedItemChanges, to: quick)]) { results in
+            XCTAssertEqual(results.map(\.outcome), [.answered])
+            if pthread_equal(pthread_self(), replyThread) == 0 { reported.fulfill() }
+        }
+        real.receiveReply(try XCTUnwrap(transport.sent.all.first).id, from: bob)
+        wait(for: [reported], timeout: 5)
+    }
+
+    func testRealTimerNeverHangs() {
+        let real = Messenger(registry: registry, transport: RecordingTransport(), replyTimeout: .milliseconds(50))
+        let done = expectation(description: "timed out")
+        real.send(.savePresentedItemChanges, to: slow) { outcome in
+            XCTAssertEqual(outcome, .timedOut)
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 5)
+    }
+}

@@ -1,0 +1,73 @@
+import Coordination
+import XCTest
+
+final class PresenterRegistryTests: XCTestCase {
+    private let registry = PresenterRegistry()
+
+    private func key(_ owner: OwnerID, _ id: String) -> PresenterKey {
+        PresenterKey(owner: owner, purpose: PurposeID(id))
+    }
+
+    func testLookupOfItemEnclosingDirectoriesAndPackages() {
+        registry.add(key(alice, "file"), path: path("D/Doc.pages/Data/x"))
+        registry.add(key(bob, "package"), path: path("D/Doc.pages"))
+        registry.add(key(bob, "docs"), path: path("D"))
+        registry.add(key(carol, "root"), path: .root)
+        registry.add(key(carol, "sibling"), path: path("D/Doc.pages/Data/y"))
+
+        XCTAssertEqual(registry.presenters(of: path("D/Doc.pages/Data/x")).map(\.key), [key(alice, "file")])
+        XCTAssertEqual(registry.presentersOfEnclosingDirectories(of: path("D/Doc.pages/Data/x")).map(\.key),
+                       [key(bob, "package"), key(bob, "docs"), key(carol, "root")], "nearest first")
+        XCTAssertEqual(registry.presentersOfEnclosingPackages(of: path("D/Doc.pages/Data/x")).map(\.key),
+                       [key(bob, "package")])
+        XCTAssertEqual(registry.presentersOfEnclosingPackages(of: path("D/plain/x")).map(\.key), [])
+        XCTAssertEqual(registry.presenters(inside: path("D/Doc.pages")).map(\.key),
+                       [key(alice, "file"), key(carol, "sibling")])
+    }
+
+    func testMoveReKeysEveryPresenterAtOrBelowOnly() {
+        registry.add(key(alice, "dir"), path: path("D/a"))
+        registry.add(key(alice, "deep"), path: path("D/a/x/y"))
+        registry.add(key(bob, "lookalike"), path: path("D/ab"))
+        registry.add(key(bob, "parent"), path: path("D"))
+
+        let moved = registry.itemDidMove(from: path("D/a"), to: path("E/b"))
+        XCTAssertEqual(moved.map(\.key), [key(alice, "deep"), key(alice, "dir")])
+        XCTAssertEqual(registry.record(key(alice, "dir"))?.path, path("E/b"))
+        XCTAssertEqual(registry.record(key(alice, "deep"))?.path, path("E/b/x/y"))
+        XCTAssertEqual(registry.record(key(bob, "lookalike"))?.path, path("D/ab"))
+        XCTAssertEqual(registry.record(key(bob, "parent"))?.path, path("D"))
+        XCTAssertEqual(registry.presenters(of: path("E/b/x/y")).map(\.key), [key(alice, "deep")])
+        XCTAssertEqual(registry.presenters(of: path("D/a/x/y")), [])
+
+        // A presenter keeps following across a second rename of a directory higher up.
+        registry.itemDidMove(from: path("E"), to: path("F"))
+        XCTAssertEqual(registry.record(key(alice, "deep"))?.path, path("F/b/x/y"))
+    }
+
+    func testRemoveAllOfAnOwnerAndSingleRemoval() {
+        registry.add(key(alice, "1"), path: path("a"))
+        registry.add(key(alice, "2"), path: path("b"))
+        registry.add(key(bob, "1"), path: path("a"))
+        XCTAssertEqual(registry.removeAll(owner: alice).map(\.key), [key(alice, "1"), key(alice, "2")])
+        XCTAssertEqual(registry.all().map(\.key), [key(bob, "1")])
+        XCTAssertNotNil(registry.remove(key(bob, "1")))
+        XCTAssertNil(registry.remove(key(bob, "1")))
+        XCTAssertTrue(registry.all().isEmpty)
+    }
+
+    func testUnresponsiveMarking() {
+        registry.add(key(alice, "p"), path: path("a"))
+        XCTAssertTrue(registry.setUnresponsive(key(alice, "p")))
+        XCTAssertEqual(registry.unresponsivePresenters().map(\.key), [key(alice, "p")])
+        XCTAssertFalse(registry.setUnresponsive(key(bob, "missing")))
+        registry.setUnresponsive(key(alice, "p"), false)
+        XCTAssertEqual(registry.unresponsivePresenters(), [])
+    }
+
+    func testReRegisteringMovesThePresenter() {
+        registry.add(key(alice, "p"), path: path("a"))
+        registry.add(key(alice, "p"), path: path("b"))
+        XCTAssertEqual(registry.all().map(\.path), [path("b")])
+    }
+}
