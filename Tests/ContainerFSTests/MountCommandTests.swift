@@ -162,4 +162,24 @@ final class MountCommandTests: XCTestCase {
         let again = containerfs("uninstall --force \(Shell.quote(storePath)) com.example.notes")
         XCTAssertEqual(again.status, 0, again.error)
     }
+
+    func testMountDashTThroughTheHelper() throws {
+        try XCTSkipIf(geteuid() != 0, "installing a mount(8) helper in /sbin needs root")
+        let helper = "/sbin/mount.fuse.containerfs"
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("mount-helpers/mount.fuse.containerfs").path
+        let backup = helper + ".containerfs-test-backup"
+        if FileManager.default.fileExists(atPath: helper) { try FileManager.default.moveItem(atPath: helper, toPath: backup) }
+        defer {
+            try? FileManager.default.removeItem(atPath: helper)
+            if FileManager.default.fileExists(atPath: backup) { try? FileManager.default.moveItem(atPath: backup, toPath: helper) }
+        }
+        try FileManager.default.copyItem(atPath: source, toPath: helper)
+        let mount = Shell.run("CONTAINERFS=\(Shell.quote(MountedStore.executable)) mount -t fuse.containerfs \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o app=com.example.photos,nofail")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "Documents\nLibrary\nPhotos.app\ntmp\n")
+        XCTAssertTrue(Shell.run("findmnt -n -o FSTYPE \(Shell.quote(mountPoint))").output.hasPrefix("fuse.containerfs"))
+        XCTAssertEqual(Shell.run("umount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertFalse(isMounted)
+    }
 }
