@@ -1,4 +1,5 @@
 import Containers
+import Coordination
 import CLinux
 import FUSELowLevel
 import Foundation
@@ -44,16 +45,20 @@ public enum Daemon {
         guard rootDescriptor >= 0 else {
             throw ContainerError("\(rootPath): cannot open (\(String(cString: strerror(errno)))); check the store with `containerfs list \(store.root)`.")
         }
-        let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
-                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
-                                                 rootApp: configuration.app,
-                                                 seals: checkSeals(apps, of: store, logger: logger))
-
-        let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
-        fileSystem.kernel = session
         let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue,
                                                            pid: getpid()), in: store)
         defer { close(lease) }
+        let shadowDirectory = try prepareShadowDirectory(in: store)
+        defer { close(shadowDirectory) }
+        let coordination = MountCoordination(engine: CoordinationEngine(transport: NoPresenterTransport()))
+        let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
+                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
+                                                 rootApp: configuration.app,
+                                                 seals: checkSeals(apps, of: store, logger: logger),
+                                                 coordination: coordination, shadowDirectory: shadowDirectory)
+
+        let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
+        fileSystem.kernel = session
         try session.mount(at: mountPoint)
         try session.installSignalHandlers()
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
@@ -76,6 +81,21 @@ public enum Daemon {
             if repairing { try store.repairContainer(app) }
             try Lifecycle.emptyTmp(store: store, id: app)
         }
+    }
+
+    /// The daemon's own directory for shadows, STORE/work/shadows/PID, after removing those of
+    /// daemons that died (their unpublished writes; the files they shadowed are intact).
+    private static func prepareShadowDirectory(in store: Store) throws -> Int32 {
+        let shadows = store.workPath + "/shadows"
+        let live = Set(MountRegistry.active(in: store).map { String($0.pid) })
+        for leftover in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where !live.contains(leftover) {
+            try? FileManager.default.removeItem(atPath: shadows + "/" + leftover)
+        }
+        let own = shadows + "/\(getpid())"
+        try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)
+        let descriptor = Glibc.open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw ContainerError("\(own): cannot open (\(String(cString: strerror(errno)))).") }
+        return descriptor
     }
 
     /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer EIO.

@@ -1,17 +1,25 @@
 import FUSELowLevel
 import Glibc
 
-/// An open file: the descriptor reads and writes go to.
+/// An open file. Reads, and in-place writes, go to `descriptor`; a handle writing through atomic
+/// replace has none of its own and goes to its node's write session.
 final class OpenFile {
     let descriptor: Int32
     let node: Node
+    let writesThroughSession: Bool
+    /// The coordinated read, or in-place write, held while the file is open.
+    let access: CoordinatedAccess?
+    /// Whether an in-place handle wrote anything (presenters then hear "did change").
+    var wrote = false
 
-    init(descriptor: Int32, node: Node) {
+    init(descriptor: Int32, node: Node, writesThroughSession: Bool = false, access: CoordinatedAccess?) {
         self.descriptor = descriptor
         self.node = node
+        self.writesThroughSession = writesThroughSession
+        self.access = access
     }
 
-    deinit { close(descriptor) }
+    deinit { if descriptor >= 0 { close(descriptor) } }
 }
 
 /// An open directory and where its listing stands, as passthrough_ll's `lo_dirp`.
@@ -37,7 +45,9 @@ enum Handle {
         Unmanaged<T>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(file.handle))!).takeUnretainedValue()
     }
 
-    static func release<T: AnyObject>(_ file: FileInfo, as type: T.Type) {
-        Unmanaged<T>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(file.handle))!).release()
+    /// Gives up the handle's reference; the object lives on while others hold it.
+    @discardableResult
+    static func take<T: AnyObject>(_ file: FileInfo, as type: T.Type) -> T {
+        Unmanaged<T>.fromOpaque(UnsafeRawPointer(bitPattern: UInt(file.handle))!).takeRetainedValue()
     }
 }

@@ -1,4 +1,5 @@
 import Containers
+import Coordination
 import FUSELowLevel
 import Glibc
 import Synchronization
@@ -12,25 +13,37 @@ struct BackingKey: Hashable {
         device = UInt64(attributes.st_dev)
         inode = UInt64(attributes.st_ino)
     }
+
+    init(device: UInt64, inode: UInt64) {
+        self.device = device
+        self.inode = inode
+    }
 }
 
 /// A file or directory the kernel knows, with an `O_PATH` descriptor on its backing item.
 /// Its address is the inode number the kernel uses for it.
 final class Node {
+    /// Stays the same number for the node's life; a publish points it at the new backing file (dup3).
     let descriptor: Int32
-    let key: BackingKey
     let fileType: mode_t
+    /// The inode number `stat` shows: kept when a publish replaces the backing file.
+    let exposedInode: UInt64
+    /// The backing file now; guarded by the node table's lock.
+    var key: BackingKey
     /// The kernel's reference count; guarded by the node table's lock.
     var lookups: UInt64 = 0
     /// Where the node sits, so policy and coordination know it; guarded by the node table's lock.
     var zone: Zone
     var parent: Node?
     var name: [UInt8]
+    /// The write session of a regular file written through atomic replace.
+    let session = Mutex<WriteSession?>(nil)
 
-    init(descriptor: Int32, attributes: stat, zone: Zone, parent: Node?, name: [UInt8]) {
+    init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {
         self.descriptor = descriptor
         self.key = BackingKey(attributes)
         self.fileType = attributes.st_mode & S_IFMT
+        self.exposedInode = exposedInode
         self.zone = zone
         self.parent = parent
         self.name = name
@@ -40,6 +53,7 @@ final class Node {
 
     var isDirectory: Bool { fileType == S_IFDIR }
     var isSymlink: Bool { fileType == S_IFLNK }
+    var isRegularFile: Bool { fileType == S_IFREG }
 
     /// Whether `ancestor` is this node or one of the directories above it, as last seen.
     func isWithin(_ ancestor: Node) -> Bool {
@@ -55,7 +69,25 @@ final class Node {
 /// Every node the kernel holds a reference to, found by backing inode; forgotten as the kernel forgets.
 final class NodeTable {
     let root: Node
-    private let nodes = Mutex<[BackingKey: Node]>([:])
+
+    private struct State {
+        var nodes: [BackingKey: Node] = [:]
+        /// Inode numbers that survive a publish: the new backing file shows the old number.
+        var aliases: [BackingKey: UInt64] = [:]
+        /// Numbers still shown by aliased files, which a new backing file must not show too.
+        var retired: Set<UInt64> = []
+        var nextAlias: UInt64 = 1 << 48
+
+        mutating func exposedInode(for key: BackingKey) -> UInt64 {
+            if let alias = aliases[key] { return alias }
+            guard retired.contains(key.inode) else { return key.inode }
+            nextAlias += 1
+            aliases[key] = nextAlias
+            return nextAlias
+        }
+    }
+
+    private let state = Mutex(State())
 
     init(root: Node) {
         self.root = root
@@ -80,8 +112,8 @@ final class NodeTable {
             close(descriptor)
             return root
         }
-        return nodes.withLock { nodes in
-            if let existing = nodes[key] {
+        return state.withLock { state in
+            if let existing = state.nodes[key] {
                 close(descriptor)
                 existing.lookups += 1
                 existing.parent = parent
@@ -89,9 +121,10 @@ final class NodeTable {
                 if !existing.name.elementsEqual(name.bytes) { existing.name = name.copy }
                 return existing
             }
-            let node = Node(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent, name: name.copy)
+            let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
+                            zone: zone, parent: parent, name: name.copy)
             node.lookups = 1
-            nodes[key] = node
+            state.nodes[key] = node
             return node
         }
     }
@@ -99,21 +132,41 @@ final class NodeTable {
     func forget(_ inode: InodeNumber, count: UInt64) {
         let node = node(inode)
         guard node !== root else { return }
-        nodes.withLock { nodes in
+        state.withLock { state in
             node.lookups -= min(count, node.lookups)
-            if node.lookups == 0 { nodes[node.key] = nil }
+            if node.lookups == 0, state.nodes[node.key] === node { state.nodes[node.key] = nil }
         }
     }
 
     func existing(_ key: BackingKey) -> Node? {
-        nodes.withLock { $0[key] }
+        state.withLock { $0.nodes[key] }
+    }
+
+    /// The inode number a listing shows for a backing inode.
+    func exposedInode(device: UInt64, inode: UInt64) -> UInt64 {
+        state.withLock { $0.exposedInode(for: BackingKey(device: device, inode: inode)) }
+    }
+
+    /// Records that `node` is now backed by the file with `attributes` (a publish renamed it in).
+    func republished(_ node: Node, as attributes: stat) {
+        let key = BackingKey(attributes)
+        state.withLock { state in
+            if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            state.aliases[node.key] = nil
+            node.key = key
+            state.nodes[key] = node
+            if key.inode != node.exposedInode {
+                state.aliases[key] = node.exposedInode
+                state.retired.insert(node.exposedInode)
+            }
+        }
     }
 
     /// Records a rename, and returns the nodes whose zone changed. When the zone of a directory
     /// changes (moved out of the Inbox), the zones of the nodes below it change too.
     func didMove(_ key: BackingKey, to parent: Node, name: FileName, zone: Zone) -> [Node] {
-        nodes.withLock { nodes in
-            guard let moved = nodes[key] else { return [] }
+        state.withLock { state in
+            guard let moved = state.nodes[key] else { return [] }
             let oldZone = moved.zone
             moved.parent = parent
             moved.name = name.copy
@@ -121,7 +174,7 @@ final class NodeTable {
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
             guard moved.isDirectory, zone.isInheritedByChildren else { return [moved] }
-            let below = nodes.values.filter { $0.isWithin(moved) }
+            let below = state.nodes.values.filter { $0.isWithin(moved) }
             for node in below { node.zone = zone }
             return below
         }
@@ -130,7 +183,7 @@ final class NodeTable {
     /// Runs `body` with the names from the top of `node`'s zone down to `node`, and the name of
     /// the container it is in (nil when the root is the container), as last seen.
     func withPlace<R>(of node: Node, _ body: ([[UInt8]], [UInt8]?) -> R) -> R {
-        nodes.withLock { _ in
+        state.withLock { _ in
             var names: [[UInt8]] = []
             var current = node
             while current.zone == node.zone, let parent = current.parent {
@@ -142,5 +195,38 @@ final class NodeTable {
         }
     }
 
-    var count: Int { nodes.withLock { $0.count } }
+    /// The parent and name `node` was last seen under (nil for the root).
+    func place(of node: Node) -> (parent: Node, name: [UInt8])? {
+        state.withLock { _ in node.parent.map { ($0, node.name) } }
+    }
+
+    /// The node and the directories above it, nearest first, as last seen.
+    func lineage(of node: Node) -> [Node] {
+        state.withLock { _ in
+            var chain = [node]
+            while let parent = chain.last!.parent { chain.append(parent) }
+            return chain
+        }
+    }
+
+    /// The item's path from the mount root, as coordination and presenters name it.
+    func itemPath(of node: Node) -> ItemPath {
+        state.withLock { _ in
+            var components: [PathComponent] = []
+            var current = node
+            while let parent = current.parent {
+                if let component = PathComponent(bytes: current.name) { components.append(component) }
+                current = parent
+            }
+            return ItemPath(components: components.reversed())
+        }
+    }
+
+    func itemPath<Name: Sequence<UInt8>>(of parent: Node, appending name: Name) -> ItemPath {
+        let base = itemPath(of: parent)
+        guard let component = PathComponent(bytes: Array(name)) else { return base }
+        return base.appending(component)
+    }
+
+    var count: Int { state.withLock { $0.nodes.count } }
 }

@@ -19,6 +19,10 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     case library
     /// Ordinary items below `Documents/` and `Library/`.
     case data
+    /// `Library/Caches` itself: may be purged; written in place.
+    case caches
+    /// Anything below `Library/Caches`.
+    case cachesItem
     /// `tmp/` itself.
     case tmp
     /// Anything below `tmp/`.
@@ -41,7 +45,9 @@ public enum Zone: UInt8, Sendable, CaseIterable {
         case .bundle: return .bundle
         case .documents: return name.elementsEqual("Inbox".utf8) ? .inbox : .data
         case .inbox, .inboxItem: return .inboxItem
-        case .library, .data: return .data
+        case .library: return name.elementsEqual("Caches".utf8) ? .caches : .data
+        case .data: return .data
+        case .caches, .cachesItem: return .cachesItem
         case .tmp, .tmpItem: return .tmpItem
         case .stray: return .stray
         }
@@ -55,8 +61,8 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     /// Whether everything below an item of this zone is in this zone too.
     public var isInheritedByChildren: Bool {
         switch self {
-        case .bundle, .inboxItem, .data, .tmpItem, .stray: return true
-        case .mountRoot, .containerRoot, .documents, .inbox, .library, .tmp: return false
+        case .bundle, .inboxItem, .data, .cachesItem, .tmpItem, .stray: return true
+        case .mountRoot, .containerRoot, .documents, .inbox, .library, .caches, .tmp: return false
         }
     }
 
@@ -64,7 +70,7 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     var renameDomain: RenameDomain {
         switch self {
         case .tmp, .tmpItem: return .temporary
-        case .documents, .inbox, .inboxItem, .library, .data: return .data
+        case .documents, .inbox, .inboxItem, .library, .data, .caches, .cachesItem: return .data
         case .mountRoot, .containerRoot, .bundle, .stray: return .fixed
         }
     }
@@ -73,6 +79,9 @@ public enum Zone: UInt8, Sendable, CaseIterable {
 
     /// Whether writes to files here go straight to the file instead of through atomic replace.
     public var writesInPlaceByDefault: Bool {
-        self == .tmp || self == .tmpItem
+        switch self {
+        case .tmp, .tmpItem, .caches, .cachesItem: return true
+        default: return false
+        }
     }
 }

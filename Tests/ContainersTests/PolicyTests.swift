@@ -16,7 +16,11 @@ final class PolicyTests: XCTestCase {
         XCTAssertEqual(Zone.inbox.child(named: "a.pdf"), .inboxItem)
         XCTAssertEqual(Zone.inboxItem.child(named: "x"), .inboxItem)
         XCTAssertEqual(Zone.data.child(named: "Inbox"), .data)
-        XCTAssertEqual(Zone.library.child(named: "Caches"), .data)
+        XCTAssertEqual(Zone.library.child(named: "Caches"), .caches)
+        XCTAssertEqual(Zone.caches.child(named: "thumbs"), .cachesItem)
+        XCTAssertEqual(Zone.library.child(named: "Preferences"), .data)
+        XCTAssertTrue(Zone.cachesItem.writesInPlaceByDefault)
+        XCTAssertFalse(Zone.data.writesInPlaceByDefault)
         XCTAssertEqual(Zone.tmp.child(named: "x"), .tmpItem)
         XCTAssertEqual(Zone.bundle.child(named: "Info.plist"), .bundle)
     }

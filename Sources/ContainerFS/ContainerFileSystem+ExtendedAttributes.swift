@@ -1,0 +1,80 @@
+import CLinux
+import Containers
+import Coordination
+import FUSELowLevel
+import Glibc
+
+// Extended attributes: setting and removing them is a coordinated metadata change.
+extension ContainerFileSystem {
+    public func setxattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>,
+                         value: UnsafeRawBufferPointer, flags: Int32) {
+        let node = nodes.node(inode)
+        let denied = Policy.changeMetadata(node.zone)
+        guard denied == 0 else { return request.reply(error: denied) }
+        // No race-free way to reach a symlink's own attributes; Linux allows user ones on none anyway.
+        guard !node.isSymlink else { return request.reply(error: EPERM) }
+        let ownedName = OwnedName(FileName(name))
+        let ownedValue = Array(value)
+        changeAttributes(of: node, request) { path in
+            ownedName.withPointer { clinux_setxattr(path, $0, ownedValue, ownedValue.count, flags) }
+        }
+    }
+
+    /// Runs a change of extended attributes (given the item's /proc path) as a coordinated metadata change.
+    private func changeAttributes(of node: Node, _ request: FuseRequest, _ change: @escaping (UnsafePointer<CChar>) -> Int32) {
+        coordination.perform(.metadataChange(nodes.itemPath(of: node)), isDirectory: node.isDirectory,
+                             caller: request.caller) { access in
+            var error = Backing.check(Backing.withProcPath(node.descriptor, change))
+            // A shadow being written takes the change too, or its publish would undo it.
+            if error == 0, node.isRegularFile {
+                error = node.session.withLock { session in
+                    guard let session, session.shadow >= 0 else { return 0 }
+                    return Backing.check(Backing.withProcPath(session.shadow, change))
+                }
+            }
+            access.end(tookEffect: error == 0)
+            request.reply(error: error)
+        }
+    }
+
+    public func getxattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>, size: Int) {
+        let node = nodes.node(inode)
+        guard !node.isSymlink else { return request.reply(error: ENODATA) }
+        replyAttributeData(request, size: size) { buffer, capacity in
+            Backing.withProcPath(node.descriptor) { clinux_getxattr($0, name, buffer, capacity) }
+        }
+    }
+
+    public func listxattr(_ request: FuseRequest, inode: InodeNumber, size: Int) {
+        let node = nodes.node(inode)
+        guard !node.isSymlink else {
+            return size == 0 ? request.reply(extendedAttributeSize: 0) : request.reply(buffer: UnsafeRawBufferPointer(start: nil, count: 0))
+        }
+        replyAttributeData(request, size: size) { buffer, capacity in
+            Backing.withProcPath(node.descriptor) { clinux_listxattr($0, buffer?.assumingMemoryBound(to: CChar.self), capacity) }
+        }
+    }
+
+    /// The two shapes of an xattr answer: the size alone when asked with size 0, else the bytes.
+    private func replyAttributeData(_ request: FuseRequest, size: Int,
+                                    _ fetch: (UnsafeMutableRawPointer?, Int) -> Int) {
+        guard size > 0 else {
+            let needed = fetch(nil, 0)
+            return needed < 0 ? request.reply(error: errno) : request.reply(extendedAttributeSize: needed)
+        }
+        withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer in
+            let count = fetch(buffer.baseAddress, size)
+            count < 0 ? request.reply(error: errno)
+                : request.reply(buffer: UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        }
+    }
+
+    public func removexattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>) {
+        let node = nodes.node(inode)
+        let denied = Policy.changeMetadata(node.zone)
+        guard denied == 0 else { return request.reply(error: denied) }
+        guard !node.isSymlink else { return request.reply(error: EPERM) }
+        let ownedName = OwnedName(FileName(name))
+        changeAttributes(of: node, request) { path in ownedName.withPointer { clinux_removexattr(path, $0) } }
+    }
+}

@@ -1,0 +1,286 @@
+import CFuse
+import CLinux
+import Containers
+import Coordination
+import FUSELowLevel
+import Glibc
+
+// Open files. A file open for writing writes to a shadow through its node's write session, unless it
+// writes in place; every close publishes what was written, so the next open sees all of it.
+extension ContainerFileSystem {
+    /// Whether open flags ask to change the file.
+    @inline(__always)
+    private func opensForWriting(_ flags: Int32) -> Bool {
+        flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
+    }
+
+    public func open(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
+        let node = nodes.node(inode)
+        let flags = file.flags
+        let writing = opensForWriting(flags)
+        if writing {
+            let denied = Policy.write(node.zone)
+            guard denied == 0 else { return request.reply(error: denied) }
+        }
+        guard sealAllowsReading(node) else { return request.reply(error: EIO) }
+        let info = FileInfoCopy(file)
+        let path = nodes.itemPath(of: node)
+        if writing && !writesInPlace(node) {
+            return coordination.perform(.write(path), isDirectory: false, caller: request.caller) { access in
+                self.joinSession(request, node: node, truncating: flags & O_TRUNC != 0, access: access, file: info)
+            }
+        }
+        let operation: CoordinatedOperation = writing ? .write(path) : .read(path, options: [])
+        coordination.perform(operation, isDirectory: node.isDirectory, caller: request.caller) { access in
+            // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
+            let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
+            let descriptor = Backing.withProcPath(node.descriptor) { Glibc.open($0, openFlags) }
+            guard descriptor >= 0 else {
+                let error = errno
+                access.end(tookEffect: false)
+                return request.reply(error: error)
+            }
+            let handle = OpenFile(descriptor: descriptor, node: node, access: access)
+            // Each reader keeps the version it opened: the kernel's page cache and size are one per
+            // inode, shared with writers and later versions, so reads of replaced files bypass them.
+            let versioned = node.isRegularFile && !node.zone.writesInPlaceByDefault
+            info.reply(request, with: handle, directIO: versioned)
+        }
+    }
+
+    /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
+    private func joinSession(_ request: FuseRequest, node: Node, truncating: Bool, access: CoordinatedAccess,
+                             file: FileInfoCopy) {
+        let error: Int32 = node.session.withLock { current in
+            let session = current ?? WriteSession()
+            if truncating { shadows.discard(session) }
+            var error = shadows.prepare(session, of: node, truncated: truncating)
+            if error == 0, truncating {
+                error = Backing.check(ftruncate(session.shadow, 0))
+                session.dirty = true
+            }
+            guard error == 0 else {
+                if current == nil { shadows.discard(session) }
+                return error
+            }
+            if current == nil {
+                session.access = access
+                current = session
+            } else {
+                // The running session already holds the coordinated write.
+                access.end(tookEffect: false)
+            }
+            session.writers += 1
+            return 0
+        }
+        guard error == 0 else {
+            access.end(tookEffect: false)
+            return request.reply(error: error)
+        }
+        // Writers bypass the page cache, which readers of the published version share.
+        file.reply(request, with: OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil),
+                   directIO: true)
+    }
+
+    public func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo) {
+        let parentNode = nodes.node(parent)
+        var denied = nameError(name)
+        if denied == 0 { denied = Policy.create(in: parentNode.zone) }
+        guard denied == 0 else { return request.reply(error: denied) }
+        let owned = OwnedName(name)
+        let caller = request.caller
+        let flags = (file.flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC) & ~O_PATH
+        let info = FileInfoCopy(file)
+        coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: false,
+                             caller: caller) { access in
+            owned.withPointer { pointer in
+                let name = FileName(pointer)
+                // The new, empty file is a complete first version; what is written next is published at close.
+                let descriptor = openat(parentNode.descriptor, pointer, flags, mode)
+                guard descriptor >= 0 else {
+                    let error = errno
+                    access.end(tookEffect: false)
+                    return request.reply(error: error)
+                }
+                self.adoptOwnership(of: name, in: parentNode, by: caller)
+                var entry = fuse_entry_param()
+                let error = self.lookupEntry(parent: parentNode, name: name, entry: &entry)
+                guard error == 0 else {
+                    close(descriptor)
+                    access.end(tookEffect: false)
+                    return request.reply(error: error)
+                }
+                let node = self.nodes.node(entry.ino)
+                if self.writesInPlace(node) {
+                    return info.replyCreated(request, entry: &entry,
+                                             with: OpenFile(descriptor: descriptor, node: node, access: access), directIO: false)
+                }
+                close(descriptor)
+                access.end(tookEffect: true)
+                let sessionError: Int32 = node.session.withLock { current in
+                    let session = current ?? WriteSession()
+                    let error = self.shadows.prepare(session, of: node, truncated: true)
+                    guard error == 0 else { return error }
+                    session.writers += 1
+                    current = session
+                    return 0
+                }
+                guard sessionError == 0 else {
+                    self.forget(entry.ino, count: 1)
+                    return request.reply(error: sessionError)
+                }
+                info.replyCreated(request, entry: &entry,
+                                  with: OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil),
+                                  directIO: true)
+            }
+        }
+    }
+
+    /// Runs `body` with the descriptor a handle reads and writes now: its own, or its session's shadow
+    /// (made again after a publish). The session stays locked meanwhile, so no publish closes it.
+    private func withDescriptor(of handle: OpenFile, writer: UInt64? = nil, _ body: (Int32) -> Void) -> Int32 {
+        guard handle.writesThroughSession else {
+            body(handle.descriptor)
+            return 0
+        }
+        return handle.node.session.withLock { current in
+            guard let session = current else { return EBADF }
+            if session.shadow < 0 {
+                let error = shadows.prepare(session, of: handle.node, truncated: false)
+                if error != 0 { return error }
+            }
+            if let writer {
+                session.dirty = true
+                session.lastWriter = writer
+            }
+            body(session.shadow)
+            return 0
+        }
+    }
+
+    public func read(_ request: FuseRequest, inode: InodeNumber, size: Int, offset: off_t, file: FileInfo) {
+        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self)) {
+            request.reply(dataFrom: $0, size: size, offset: offset)
+        }
+        if error != 0 { request.reply(error: error) }
+    }
+
+    public func write(_ request: FuseRequest, inode: InodeNumber, data: UnsafeMutablePointer<fuse_bufvec>,
+                      offset: off_t, file: FileInfo) {
+        let handle = Handle.get(file, as: OpenFile.self)
+        handle.wrote = true
+        var written = 0
+        let error = withDescriptor(of: handle, writer: file.lockOwner) { written = cfuse_write_buf_to_fd(data, $0, offset) }
+        if error != 0 { return request.reply(error: error) }
+        written < 0 ? request.reply(error: Int32(-written)) : request.reply(written: written)
+    }
+
+    /// Every close publishes (flush is synchronous with close(2), release is not), so that a program
+    /// that wrote a file and closed it sees its writes when it opens the file again.
+    public func flush(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
+        let handle = Handle.get(file, as: OpenFile.self)
+        guard handle.writesThroughSession else { return request.replySuccess() }
+        let writer = handle.node.session.withLock { $0?.lastWriter ?? 0 }
+        guard writer == 0 || writer == file.lockOwner else { return request.replySuccess() }
+        if ProcessState.isDyingFromSignal(request.caller.pid) {
+            // A writer killed mid-session leaves the previous version.
+            handle.node.session.withLock { if let session = $0 { shadows.discard(session) } }
+            return request.replySuccess()
+        }
+        let (error, published) = publish(handle.node, durably: false)
+        if published { dropCachedData(of: handle.node) }
+        request.reply(error: error)
+    }
+
+    public func fsync(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
+        let handle = Handle.get(file, as: OpenFile.self)
+        guard handle.writesThroughSession else {
+            return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
+        }
+        let (error, published) = publish(handle.node, durably: true)
+        if published { dropCachedData(of: handle.node) }
+        request.reply(error: error)
+    }
+
+    /// Publishes a session's unpublished writes. The first publish ends the session's coordinated
+    /// write, so presenters hear "did change" once the change is there to read.
+    private func publish(_ node: Node, durably: Bool) -> (Int32, Bool) {
+        node.session.withLock { current in
+            guard let session = current, session.dirty else { return (0, false) }
+            let error = shadows.publish(session, of: node, in: nodes, durably: durably)
+            session.access?.end(tookEffect: error == 0)
+            session.access = nil
+            return (error, error == 0)
+        }
+    }
+
+    public func release(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
+        let handle = Handle.take(file, as: OpenFile.self)
+        guard handle.writesThroughSession else {
+            handle.access?.end(tookEffect: handle.wrote)
+            return request.replySuccess()
+        }
+        let published: Bool = handle.node.session.withLock { current in
+            guard let session = current else { return false }
+            session.writers -= 1
+            guard session.writers == 0 else { return false }
+            let wasDirty = session.dirty
+            let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
+            session.access?.end(tookEffect: wasDirty && error == 0)
+            current = nil
+            return wasDirty && error == 0
+        }
+        request.replySuccess()
+        if published { dropCachedData(of: handle.node) }
+    }
+
+    public func fallocate(_ request: FuseRequest, inode: InodeNumber, mode: Int32, offset: off_t, length: off_t,
+                          file: FileInfo) {
+        let denied = Policy.write(nodes.node(inode).zone)
+        guard denied == 0 else { return request.reply(error: denied) }
+        var result: Int32 = 0
+        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self), writer: file.lockOwner) {
+            result = Backing.check(clinux_fallocate($0, mode, offset, length))
+        }
+        request.reply(error: error != 0 ? error : result)
+    }
+
+    public func lseek(_ request: FuseRequest, inode: InodeNumber, offset: off_t, whence: Int32, file: FileInfo) {
+        var result: off_t = -1
+        var seekError: Int32 = 0
+        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self)) {
+            result = Glibc.lseek($0, offset, whence)
+            if result < 0 { seekError = errno }
+        }
+        if error != 0 { return request.reply(error: error) }
+        result < 0 ? request.reply(error: seekError) : request.reply(offset: result)
+    }
+}
+
+/// What an open's answer needs of its `fuse_file_info`, copied so that it can be given later from
+/// another thread (the kernel's structure lives only as long as the request's callback).
+struct FileInfoCopy: @unchecked Sendable {
+    private var info: fuse_file_info
+
+    init(_ file: FileInfo) { info = file.raw.pointee }
+
+    func reply(_ request: FuseRequest, with handle: OpenFile, directIO: Bool) {
+        var info = prepared(handle, directIO: directIO)
+        withUnsafeMutablePointer(to: &info) { request.reply(opened: FileInfo($0)) }
+    }
+
+    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, directIO: Bool) {
+        var info = prepared(handle, directIO: directIO)
+        withUnsafeMutablePointer(to: &info) { request.reply(created: &entry, file: FileInfo($0)) }
+    }
+
+    private func prepared(_ handle: OpenFile, directIO: Bool) -> fuse_file_info {
+        var info = self.info
+        withUnsafeMutablePointer(to: &info) { pointer in
+            let file = FileInfo(pointer)
+            Handle.store(handle, in: file)
+            file.directIO = directIO
+        }
+        return info
+    }
+}

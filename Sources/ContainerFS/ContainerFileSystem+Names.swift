@@ -1,0 +1,143 @@
+import CLinux
+import Containers
+import Coordination
+import FUSELowLevel
+import Glibc
+
+// Making, removing and renaming names: each one coordinated, and checked against policy first.
+extension ContainerFileSystem {
+    /// The checks every operation that makes a name shares: a valid name, in a place that allows it.
+    private func creationError(in parent: Node, name: FileName) -> Int32 {
+        let error = nameError(name)
+        return error != 0 ? error : Policy.create(in: parent.zone)
+    }
+
+    /// Makes a name with `make` inside a coordinated creation, gives it to the caller and answers
+    /// with its entry.
+    private func makeItem(_ request: FuseRequest, parent: InodeNumber, name: FileName, isDirectory: Bool = false,
+                          _ make: @escaping (Node, UnsafePointer<CChar>) -> Int32) {
+        let parentNode = nodes.node(parent)
+        let denied = creationError(in: parentNode, name: name)
+        guard denied == 0 else { return request.reply(error: denied) }
+        let owned = OwnedName(name)
+        let caller = request.caller
+        coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: isDirectory,
+                             caller: caller) { access in
+            owned.withPointer { pointer in
+                let name = FileName(pointer)
+                let error = Backing.check(make(parentNode, pointer))
+                access.end(tookEffect: error == 0)
+                guard error == 0 else { return request.reply(error: error) }
+                self.adoptOwnership(of: name, in: parentNode, by: caller)
+                self.replyEntry(request, parent: parentNode, name: name)
+            }
+        }
+    }
+
+    public func mknod(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, device: dev_t) {
+        // Device nodes have no place in an app container.
+        let type = mode & S_IFMT
+        guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { return request.reply(error: EPERM) }
+        makeItem(request, parent: parent, name: name) { mknodat($0.descriptor, $1, mode, 0) }
+    }
+
+    public func mkdir(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t) {
+        makeItem(request, parent: parent, name: name, isDirectory: true) { mkdirat($0.descriptor, $1, mode) }
+    }
+
+    public func symlink(_ request: FuseRequest, target: UnsafePointer<CChar>, parent: InodeNumber, name: FileName) {
+        let ownedTarget = OwnedName(FileName(target))
+        makeItem(request, parent: parent, name: name) { parent, name in
+            ownedTarget.withPointer { symlinkat($0, parent.descriptor, name) }
+        }
+    }
+
+    public func link(_ request: FuseRequest, inode: InodeNumber, newParent: InodeNumber, newName: FileName) {
+        let node = nodes.node(inode)
+        let denied = Policy.link(node.zone, into: nodes.node(newParent).zone)
+        guard denied == 0 else { return request.reply(error: denied) }
+        makeItem(request, parent: newParent, name: newName) { parent, name in
+            Backing.withProcPath(node.descriptor) { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+        }
+    }
+
+    public func unlink(_ request: FuseRequest, parent: InodeNumber, name: FileName) {
+        remove(request, parent: parent, name: name, flags: 0)
+    }
+
+    public func rmdir(_ request: FuseRequest, parent: InodeNumber, name: FileName) {
+        remove(request, parent: parent, name: name, flags: AT_REMOVEDIR)
+    }
+
+    private func remove(_ request: FuseRequest, parent: InodeNumber, name: FileName, flags: Int32) {
+        let parentNode = nodes.node(parent)
+        var denied = nameError(name)
+        if denied == 0 { denied = Policy.remove(parentNode.zone.child(named: name.bytes)) }
+        guard denied == 0 else { return request.reply(error: denied) }
+        let owned = OwnedName(name)
+        let path = nodes.itemPath(of: parentNode, appending: owned.bytes)
+        coordination.perform(.delete(path), isDirectory: flags != 0, caller: request.caller) { access in
+            let error = owned.withPointer { Backing.check(unlinkat(parentNode.descriptor, $0, flags)) }
+            access.end(tookEffect: error == 0)
+            request.reply(error: error)
+        }
+    }
+
+    public func rename(_ request: FuseRequest, parent: InodeNumber, name: FileName,
+                       newParent: InodeNumber, newName: FileName, flags: UInt32) {
+        let from = nodes.node(parent)
+        let to = nodes.node(newParent)
+        guard flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) == 0 else { return request.reply(error: EINVAL) }
+        var denied = nameError(name)
+        if denied == 0 { denied = nameError(newName) }
+        var source = stat(), destination = stat()
+        guard fstatat(from.descriptor, name.pointer, &source, AT_SYMLINK_NOFOLLOW) == 0 else { return request.reply(error: errno) }
+        let replacing = flags & RENAME_NOREPLACE == 0
+            && fstatat(to.descriptor, newName.pointer, &destination, AT_SYMLINK_NOFOLLOW) == 0
+        if denied == 0 { denied = renameDenial(from: from, name: name, to: to, newName: newName, flags: flags, replacing: replacing) }
+        guard denied == 0 else { return request.reply(error: denied) }
+
+        let oldName = OwnedName(name), newOwned = OwnedName(newName)
+        let sourcePath = nodes.itemPath(of: from, appending: oldName.bytes)
+        let destinationPath = nodes.itemPath(of: to, appending: newOwned.bytes)
+        // An editor's save (a new file renamed over the old one) is a change of the old one, not a deletion.
+        let savesOver = replacing && flags & RENAME_EXCHANGE == 0
+            && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
+        let operation: CoordinatedOperation = savesOver
+            ? .saveByReplacing(temporary: sourcePath, original: destinationPath)
+            : .move(from: sourcePath, to: destinationPath, replacesDestination: replacing)
+        coordination.perform(operation, isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
+            let error = oldName.withPointer { oldPointer in
+                newOwned.withPointer { newPointer in
+                    Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
+                }
+            }
+            access.end(tookEffect: error == 0)
+            guard error == 0 else { return request.reply(error: error) }
+            request.replySuccess()
+            newOwned.withPointer { self.noteMoved(name: FileName($0), in: to) }
+            if flags & RENAME_EXCHANGE != 0 { oldName.withPointer { self.noteMoved(name: FileName($0), in: from) } }
+        }
+    }
+
+    private func renameDenial(from: Node, name: FileName, to: Node, newName: FileName, flags: UInt32,
+                              replacing: Bool) -> Int32 {
+        let source = from.zone.child(named: name.bytes)
+        let destination = to.zone.child(named: newName.bytes)
+        if flags & RENAME_EXCHANGE != 0 {
+            return Policy.exchange(source, in: from.zone, with: destination, in: to.zone)
+        }
+        return Policy.rename(source, to: destination, in: to.zone, replacing: replacing)
+    }
+
+    /// Keeps the node of a renamed item in step with its new place. When its zone changed (out of
+    /// the Inbox), the kernel's cached attributes showed the old zone's mode bits: they are dropped.
+    private func noteMoved(name: FileName, in parent: Node) {
+        var attributes = stat()
+        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return }
+        let changed = nodes.didMove(BackingKey(attributes), to: parent, name: name, zone: parent.zone.child(named: name.bytes))
+        for node in changed {
+            kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
+        }
+    }
+}

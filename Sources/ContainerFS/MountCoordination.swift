@@ -1,0 +1,75 @@
+import Coordination
+import FUSELowLevel
+import Glibc
+
+/// How the filesystem takes part in coordination for the programs that use the mount.
+///
+/// Ordinary programs share one owner and one purpose: among themselves they behave as on any
+/// disk (atomic replace keeps every reader consistent), while coordination-aware clients wait
+/// for their operations and they wait for the clients'. Every operation is announced to
+/// presenters either way.
+public final class MountCoordination: @unchecked Sendable {
+    public let engine: CoordinationEngine
+    /// How long an ordinary program waits for a client's coordinated access before going ahead.
+    public let waitLimit: Duration
+    /// The control-socket client a process belongs to, once the control server runs.
+    public var clientOf: @Sendable (pid_t) -> OwnerID? = { _ in nil }
+
+    static let ordinaryPurpose = PurposeID("containerfs.ordinary-programs")
+    static let clientPurpose = PurposeID("containerfs.filesystem")
+
+    public init(engine: CoordinationEngine, waitLimit: Duration = .seconds(30)) {
+        self.engine = engine
+        self.waitLimit = waitLimit
+    }
+
+    /// Runs `body` inside a coordinated `operation` made for `caller`, now or later on another
+    /// thread. `body` must end the access it gets.
+    func perform(_ operation: CoordinatedOperation, isDirectory: Bool, caller: Caller,
+                 _ body: @escaping (CoordinatedAccess) -> Void) {
+        let client = clientOf(caller.pid)
+        let owner = client ?? .ordinaryPrograms
+        let purpose = client == nil ? MountCoordination.ordinaryPurpose : MountCoordination.clientPurpose
+        engine.begin(operation, isDirectory: isDirectory, owner: owner, purpose: purpose,
+                     initiator: Initiator(owner: owner), timeout: client == nil ? waitLimit : nil,
+                     joinsOwnersAccesses: client != nil) { result in
+            switch result {
+            case .success(let session): body(CoordinatedAccess(session: session))
+            // Waited too long, or the arbiter let go: the operation goes ahead uncoordinated.
+            case .failure: body(CoordinatedAccess(session: nil))
+            }
+        }
+    }
+}
+
+/// A coordinated access while the filesystem works under it.
+struct CoordinatedAccess: @unchecked Sendable {
+    let session: OperationSession?
+
+    /// Releases the access; when the operation took effect, presenters hear what changed.
+    func end(tookEffect: Bool) {
+        session?.end(tookEffect: tookEffect)
+    }
+}
+
+/// A name copied out of a request, for work finished after the request's buffers are gone.
+struct OwnedName: @unchecked Sendable {
+    private let storage: [CChar]
+
+    init(_ name: FileName) {
+        storage = Array(UnsafeBufferPointer(start: name.pointer, count: name.length + 1))
+    }
+
+    func withPointer<R>(_ body: (UnsafePointer<CChar>) -> R) -> R {
+        storage.withUnsafeBufferPointer { body($0.baseAddress!) }
+    }
+
+    var bytes: ArraySlice<UInt8> {
+        storage.dropLast().withUnsafeBytes { ArraySlice($0.bindMemory(to: UInt8.self)) }
+    }
+}
+
+/// Presenters reach the daemon through the control socket; without one there are none to send to.
+final class NoPresenterTransport: PresenterTransport, @unchecked Sendable {
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {}
+}

@@ -1,0 +1,109 @@
+import Containers
+import Foundation
+import Glibc
+import XCTest
+
+/// Writes are published atomically (container-semantics.md, section 4).
+final class AtomicReplaceTests: MountedTestCase {
+    func testReaderKeepsTheVersionItOpened() {
+        sh("python3 -c \"open('Documents/v', 'w').write('A' * 100000)\"")
+        syscall("""
+        reader = open('Documents/v', 'rb')
+        first = reader.read(10)
+        with open('Documents/v', 'w') as writer:
+            writer.write('B' * 50)
+        rest = reader.read()
+        assert first + rest == b'A' * 100000, (len(first + rest), (first + rest)[:20])
+        assert open('Documents/v').read() == 'B' * 50
+        """, errno: 0)
+    }
+
+    func testNoReaderSeesAPartlyWrittenVersion() {
+        sh("echo old > Documents/v")
+        syscall("""
+        import subprocess
+        writer = open('Documents/v', 'r+')
+        writer.write('new and longer, half written')
+        writer.flush()
+        seen = subprocess.run(['cat', 'Documents/v'], capture_output=True, text=True).stdout
+        assert seen == 'old\\n', repr(seen)
+        writer.close()
+        seen = subprocess.run(['cat', 'Documents/v'], capture_output=True, text=True).stdout
+        assert seen == 'new and longer, half written', repr(seen)
+        """, errno: 0)
+    }
+
+    func testPublishingKeepsInodeModeOwnerAndAttributes() {
+        sh("echo first > Documents/f && chmod 640 Documents/f && chown 1234:4321 Documents/f && python3 -c \"import os; os.setxattr('Documents/f', 'user.tag', b'kept')\"")
+        let before = sh("stat -c '%i %a %u %g' Documents/f")
+        sh("echo second > Documents/f && echo third >> Documents/f && truncate -s 3 Documents/f")
+        XCTAssertEqual(sh("stat -c '%i %a %u %g' Documents/f"), before)
+        XCTAssertEqual(sh("cat Documents/f"), "sec")
+        XCTAssertEqual(sh("python3 -c \"import os; print(os.getxattr('Documents/f', 'user.tag').decode())\""), "kept\n")
+        _ = Shell.run("sync; echo 2 > /proc/sys/vm/drop_caches")
+        XCTAssertEqual(sh("stat -c '%i %a %u %g' Documents/f"), before, "the number lasts after the kernel forgets the file")
+        XCTAssertEqual(sh("ls -i Documents/f | cut -d' ' -f1"), sh("stat -c %i Documents/f"))
+    }
+
+    func testAWriterKilledMidSessionLeavesThePreviousVersion() {
+        sh("echo intact > Documents/k")
+        let result = Shell.run("python3 -c \"import os, time; f = open('Documents/k', 'r+'); f.write('torn'); f.flush(); os.kill(os.getpid(), 9)\"",
+                               in: home)
+        XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status)")
+        XCTAssertEqual(sh("cat Documents/k"), "intact\n")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: mounted.store.workPath + "/shadows").count, 1,
+                       "one directory of shadows: this daemon's")
+    }
+
+    func testFsyncPublishesWhatWasWrittenSoFar() {
+        syscall("""
+        import subprocess
+        f = open('Documents/s', 'w')
+        f.write('durable')
+        f.flush()
+        os.fsync(f.fileno())
+        assert subprocess.run(['cat', 'Documents/s'], capture_output=True, text=True).stdout == 'durable'
+        f.write(' and more')
+        f.close()
+        assert open('Documents/s').read() == 'durable and more'
+        """, errno: 0)
+    }
+
+    func testTmpCachesAndOptedOutFilesWriteInPlace() {
+        for path in ["tmp/p", "Library/Caches/p", "Documents/db/p"] {
+            sh("mkdir -p \(path.split(separator: "/").dropLast().joined(separator: "/")) && echo old > \(path)")
+        }
+        sh("python3 -c \"import os; os.setxattr('Documents/db', 'user.containerfs.write-in-place', b'1')\"")
+        for path in ["tmp/p", "Library/Caches/p", "Documents/db/p"] {
+            syscall("""
+            import subprocess
+            w = open('\(path)', 'r+')
+            w.write('NEW')
+            w.flush()
+            seen = subprocess.run(['cat', '\(path)'], capture_output=True, text=True).stdout
+            assert seen == 'NEW\\n', ('\(path)', seen)
+            """, errno: 0)
+        }
+    }
+
+    func testHardLinkedFilesWriteInPlaceSoLinksStayTogether() {
+        sh("echo one > Documents/a && ln Documents/a Documents/b && echo two > Documents/a")
+        XCTAssertEqual(sh("cat Documents/b"), "two\n")
+        XCTAssertEqual(sh("stat -c %h Documents/a"), "2\n")
+    }
+
+    func testEveryCloseIsSeenByTheNextOpen() {
+        // Many short write-and-read cycles, as scripts do.
+        sh("for i in $(seq 1 200); do echo $i > Documents/n; test \"$(cat Documents/n)\" = $i || exit 1; done")
+        sh("for i in $(seq 1 100); do echo $i >> Documents/log; done; test $(wc -l < Documents/log) = 100")
+    }
+
+    func testLeftoverShadowsOfADeadDaemonAreRemovedAtTheNextMount() throws {
+        let leftovers = mounted.store.workPath + "/shadows/999999"
+        try FileManager.default.createDirectory(atPath: leftovers, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: leftovers + "/shadow-1", contents: Data("half".utf8))
+        mounted.unmount()
+        mounted = try MountedStore()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: leftovers))
+    }
+}
