@@ -46,6 +46,12 @@ enum Preflight {
             throw ContainerError("\(path) is not a directory: a mount point must be an empty directory.")
         }
         if MountTable.isMountPoint(path) {
+            // Cached attributes can make a dead mount look alive to stat; statfs always asks the daemon.
+            var statistics = statvfs()
+            if statvfs(path, &statistics) != 0 && errno == ENOTCONN {
+                try clearStaleMount(path)
+                return try prepareMountPoint(path)
+            }
             throw ContainerError("\(path) is already a mount point: unmount it first (containerfs unmount \(path)).")
         }
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []

@@ -10,7 +10,7 @@ final class MountedStore {
     let store: Store
     let mountPoint: String
     private var daemon: Process?
-    private let stderrPipe = Pipe()
+    private var stderrPipe = Pipe()
 
     /// The binary built next to the test bundle.
     static var executable: String {
@@ -33,12 +33,31 @@ final class MountedStore {
         try prepare(store)
         mountPoint = root.appendingPathComponent("mnt").path
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        var arguments = ["mount", "-f", store.root, mountPoint] + extraArguments
+        arguments = ["mount", "-f", store.root, mountPoint] + extraArguments
         if let app { arguments += ["--app", app] }
         try start(arguments)
     }
 
+    private var arguments: [String] = []
+
+    /// The running daemon's process id.
+    var daemonPID: pid_t? { daemon?.processIdentifier }
+
+    /// Kills the daemon as a crash would, leaving its mount stale.
+    func crashDaemon() {
+        guard let daemon else { return }
+        kill(daemon.processIdentifier, SIGKILL)
+        daemon.waitUntilExit()
+    }
+
+    /// Mounts the same store again at the same place (clearing a stale mount first, as the command does).
+    func remount() throws {
+        if let daemon, daemon.isRunning { crashDaemon() }
+        try start(arguments)
+    }
+
     private func start(_ arguments: [String]) throws {
+        stderrPipe = Pipe()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: MountedStore.executable)
         process.arguments = arguments
@@ -58,9 +77,17 @@ final class MountedStore {
         }
     }
 
+    /// Mounted and answering (a crashed daemon's mount is listed but answers ENOTCONN).
     var isMounted: Bool {
         let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-        return table.contains(" \(mountPoint) ")
+        guard table.contains(" \(mountPoint) ") else { return false }
+        // statfs always reaches the daemon; stat may be answered from the kernel's cache.
+        var statistics = statvfs()
+        return statvfs(mountPoint, &statistics) == 0 || errno != ENOTCONN
+    }
+
+    var isListedInMountTable: Bool {
+        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountPoint) ")
     }
 
     var daemonOutput: String {
@@ -84,7 +111,7 @@ final class MountedStore {
                 daemon.waitUntilExit()
             }
         }
-        if isMounted { _ = Shell.run("fusermount3 -u -z \(Shell.quote(mountPoint))") }
+        if isListedInMountTable { _ = Shell.run("fusermount3 -u -z \(Shell.quote(mountPoint))") }
         daemon = nil
         try? FileManager.default.removeItem(at: root)
     }
