@@ -267,3 +267,11 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         }
     }
 }
+
+extension ContainerFileSystem {
+    /// Tells the kernel that the name a node was last seen under is gone (removed behind its back).
+    func forgetName(of node: Node) {
+        guard let (parent, name) = nodes.place(of: node) else { return }
+        name.withUnsafeBytes { kernel?.invalidateEntry(parent: nodes.inodeNumber(of: parent), name: $0) }
+    }
+}

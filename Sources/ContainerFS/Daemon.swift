@@ -17,6 +17,10 @@ public struct MountConfiguration {
     public var fuseOptions: [String] = []
     /// A descriptor to write "ready" to once mounted (how a background launch learns it worked).
     public var readinessDescriptor: Int32?
+    /// Purge Library/Caches when the store's free space falls below this many bytes.
+    public var purgeThreshold: UInt64?
+    /// How often to check free space, in seconds.
+    public var purgeInterval: Double = 5
 
     public init(store: Store, app: AppID?, mountPoint: String) {
         self.store = store
@@ -60,6 +64,10 @@ public enum Daemon {
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
+        let cacheWatch = configuration.purgeThreshold.map {
+            CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
+        }
+        defer { withExtendedLifetime(cacheWatch) {} }
         try session.installSignalHandlers()
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
                                           "app": "\(configuration.app?.rawValue ?? "all")"])

@@ -1,5 +1,6 @@
 import FUSELowLevel
 import Glibc
+import Synchronization
 
 /// An open file. Reads, and in-place writes, go to `descriptor`; a handle writing through atomic
 /// replace has none of its own and goes to its node's write session.
@@ -17,9 +18,13 @@ final class OpenFile {
         self.node = node
         self.writesThroughSession = writesThroughSession
         self.access = access
+        node.openHandles.add(1, ordering: .relaxed)
     }
 
-    deinit { if descriptor >= 0 { close(descriptor) } }
+    deinit {
+        node.openHandles.subtract(1, ordering: .relaxed)
+        if descriptor >= 0 { close(descriptor) }
+    }
 }
 
 /// An open directory and where its listing stands, as passthrough_ll's `lo_dirp`.

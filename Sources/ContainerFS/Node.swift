@@ -38,6 +38,8 @@ final class Node {
     var name: [UInt8]
     /// The write session of a regular file written through atomic replace.
     let session = Mutex<WriteSession?>(nil)
+    /// Files open on the node through the mount (a purge leaves these alone).
+    let openHandles = Atomic<Int>(0)
 
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {
         self.descriptor = descriptor

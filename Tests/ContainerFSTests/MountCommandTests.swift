@@ -182,4 +182,36 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(Shell.run("umount \(Shell.quote(mountPoint))").status, 0)
         XCTAssertFalse(isMounted)
     }
+
+    func testCachesArePurgedOldestFirstWhenSpaceRunsLowButNeverWhileOpen() throws {
+        try XCTSkipIf(geteuid() != 0, "mounting a small tmpfs for the store needs root")
+        let small = scratch.appendingPathComponent("small").path
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        XCTAssertEqual(Shell.run("mount -t tmpfs -o size=16m tmpfs \(Shell.quote(small))").status, 0)
+        defer { _ = Shell.run("umount -l \(Shell.quote(small))") }
+        let store = try Store.openOrCreate(small + "/store")
+        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-small"))
+        let caches = store.containerPath(AppID(SampleApps.notes)!) + "/Library/Caches"
+        XCTAssertEqual(Shell.run("""
+            head -c 3M /dev/urandom > \(Shell.quote(caches))/a.bin && touch -d '3 days ago' \(Shell.quote(caches))/a.bin \
+            && head -c 3M /dev/urandom > \(Shell.quote(caches))/b.bin && touch -d '2 days ago' \(Shell.quote(caches))/b.bin
+            """).status, 0)
+        let mount = containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint)) -o purge_below=8M,purge_interval=0.3")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
+        let mountedCaches = mountPoint + "/" + SampleApps.notes + "/Library/Caches"
+        // Hold the oldest file open through the mount, then use up the space.
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = ["-c", "import time; f = open('\(mountedCaches)/a.bin', 'rb'); time.sleep(30)"]
+        try holder.run()
+        defer { holder.terminate(); holder.waitUntilExit() }
+        usleep(300_000)
+        XCTAssertEqual(Shell.run("head -c 3M /dev/urandom > \(Shell.quote(mountedCaches))/c.bin").status, 0)
+        XCTAssertTrue(waitUntil({ !FileManager.default.fileExists(atPath: caches + "/b.bin") }, seconds: 10),
+                      "the oldest closed file is purged")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: caches + "/a.bin"), "an open file is never purged")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: caches + "/c.bin"), "purging stops once there is room")
+        XCTAssertEqual(Shell.run("ls", in: mountedCaches).output, "a.bin\nc.bin\n")
+    }
 }

@@ -10,7 +10,9 @@ struct Mount: ParsableCommand {
         abstract: "Mount a store (every app) or one app's container.",
         discussion: """
         Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
-        -o takes libfuse's options (allow_other, default_permissions, ...) and app=ID; the options
+        -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID, and
+        purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
+        below SIZE; checked every purge_interval=SECONDS, default 5). The options
         mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, user, _netdev, x-systemd.*) are ignored.
         """
     )
@@ -59,6 +61,8 @@ struct Mount: ParsableCommand {
         configuration.singleThreaded = singleThreaded
         configuration.fuseOptions = parsed.fuseOptions
         configuration.readinessDescriptor = readyFD
+        configuration.purgeThreshold = parsed.purgeBelow
+        if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         try Daemon.run(configuration, logger: Logger(label: "containerfs"))
     }
 }
@@ -66,6 +70,8 @@ struct Mount: ParsableCommand {
 /// Splits `-o` options into ours and libfuse's.
 struct MountOptions {
     var app: String?
+    var purgeBelow: UInt64?
+    var purgeInterval: Double?
     var fuseOptions: [String] = []
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE daemon.
@@ -76,6 +82,16 @@ struct MountOptions {
         for option in groups.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
             if option.hasPrefix("app=") {
                 app = String(option.dropFirst(4))
+            } else if option.hasPrefix("purge_below=") {
+                guard let bytes = ByteCount.parse(String(option.dropFirst(12))) else {
+                    throw ValidationError("purge_below takes a size such as 500M or 2G, not '\(option.dropFirst(12))'.")
+                }
+                purgeBelow = bytes
+            } else if option.hasPrefix("purge_interval=") {
+                guard let seconds = Double(option.dropFirst(15)), seconds > 0 else {
+                    throw ValidationError("purge_interval takes a number of seconds, such as 5.")
+                }
+                purgeInterval = seconds
             } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {
                 continue
             } else {
