@@ -67,7 +67,11 @@ public enum Daemon {
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
         }
-        defer { withExtendedLifetime(cacheWatch) {} }
+        let inboxWatch = InboxWatch(store: store, apps: apps.map { app in
+            let names = (configuration.app == nil ? [app.rawValue] : []) + ["Documents", "Inbox"]
+            return (app, ItemPath(components: names.compactMap { PathComponent($0) }))
+        }, coordination: coordination)
+        defer { withExtendedLifetime((cacheWatch, inboxWatch)) {} }
         try session.installSignalHandlers()
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
                                           "app": "\(configuration.app?.rawValue ?? "all")"])
