@@ -126,6 +126,8 @@ final class NodeTable {
             let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
                             zone: zone, parent: parent, name: name.copy)
             node.lookups = 1
+            // The kernel's references keep the node alive, whatever the index says later.
+            _ = Unmanaged.passRetained(node)
             state.nodes[key] = node
             return node
         }
@@ -135,8 +137,11 @@ final class NodeTable {
         let node = node(inode)
         guard node !== root else { return }
         state.withLock { state in
+            guard node.lookups > 0 else { return }
             node.lookups -= min(count, node.lookups)
-            if node.lookups == 0, state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            guard node.lookups == 0 else { return }
+            if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            Unmanaged.passUnretained(node).release()
         }
     }
 
@@ -149,18 +154,32 @@ final class NodeTable {
         state.withLock { $0.exposedInode(for: BackingKey(device: device, inode: inode)) }
     }
 
-    /// Records that `node` is now backed by the file with `attributes` (a publish renamed it in).
-    func republished(_ node: Node, as attributes: stat) {
+    /// Records that `node` is about to be backed by the file with `attributes` (a publish renames
+    /// it in). Done before the rename, so that a lookup racing with it finds this node.
+    /// Returns the previous key, for `abandonRepublish` if the rename fails.
+    func republish(_ node: Node, as attributes: stat) -> BackingKey {
         let key = BackingKey(attributes)
-        state.withLock { state in
-            if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            state.aliases[node.key] = nil
+        return state.withLock { state in
+            let previous = node.key
+            if state.nodes[previous] === node { state.nodes[previous] = nil }
+            state.aliases[previous] = nil
             node.key = key
-            state.nodes[key] = node
+            if state.nodes[key] == nil { state.nodes[key] = node }
             if key.inode != node.exposedInode {
                 state.aliases[key] = node.exposedInode
                 state.retired.insert(node.exposedInode)
             }
+            return previous
+        }
+    }
+
+    /// Undoes `republish` when the rename did not happen.
+    func abandonRepublish(_ node: Node, previous: BackingKey) {
+        state.withLock { state in
+            if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            state.aliases[node.key] = nil
+            node.key = previous
+            if state.nodes[previous] == nil { state.nodes[previous] = node }
         }
     }
 

@@ -104,27 +104,31 @@ final class Shadows: @unchecked Sendable {
         session.dirty = false
         if durably, fsync(session.shadow) != 0 { return errno }
         guard let (parent, name) = nodes.place(of: node) else { return 0 }
+        var published = stat()
+        guard fstat(session.shadow, &published) == 0 else { return errno }
         var current = stat()
-        let stillThere = name.withUnsafeBufferPointer { bytes in
+        let renamed = name.withUnsafeBufferPointer { bytes in
             withUnsafeTemporaryAllocation(of: CChar.self, capacity: bytes.count + 1) { cName in
                 for index in 0..<bytes.count { cName[index] = CChar(bitPattern: bytes[index]) }
                 cName[bytes.count] = 0
                 guard fstatat(parent.descriptor, cName.baseAddress!, &current, AT_SYMLINK_NOFOLLOW) == 0,
                       BackingKey(current) == node.key else { return false }
-                return renameat(directory, session.shadowName, parent.descriptor, cName.baseAddress!) == 0
+                let previous = nodes.republish(node, as: published)
+                guard renameat(directory, session.shadowName, parent.descriptor, cName.baseAddress!) == 0 else {
+                    nodes.abandonRepublish(node, previous: previous)
+                    return false
+                }
+                return true
             }
         }
-        guard stillThere else { return 0 }
+        guard renamed else { return 0 }
         session.shadowName = []
         if durably { _ = fsync(parent.descriptor) }
-        var published = stat()
-        fstat(session.shadow, &published)
         let path = Backing.withProcPath(session.shadow) { open($0, O_PATH | O_CLOEXEC) }
         if path >= 0 {
             clinux_dup3(path, node.descriptor, O_CLOEXEC)
             close(path)
         }
-        nodes.republished(node, as: published)
         return 0
     }
 

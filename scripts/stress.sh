@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The long load test: mounts a scratch store and runs stress/stress.py against it for minutes.
+# Usage: scripts/stress.sh [SECONDS] [WORKERS]    (default 300 s, 8 workers)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export PATH="/opt/swift/usr/bin:$PATH"
+swift build --product containerfs
+binary="$(swift build --show-bin-path)/containerfs"
+scratch="$(mktemp -d)"
+mountpoint="$scratch/mnt"
+mkdir -p "$mountpoint" "$scratch/Stress.app"
+echo '<plist/>' > "$scratch/Stress.app/Info.plist"
+cleanup() { "$binary" unmount "$mountpoint" 2>/dev/null || fusermount3 -u -z "$mountpoint" 2>/dev/null || true; rm -rf "$scratch"; }
+trap cleanup EXIT
+"$binary" install "$scratch/store" "$scratch/Stress.app" --id com.example.stress >/dev/null
+"$binary" mount "$scratch/store" "$mountpoint"
+pid=$(python3 -c "import json,glob; print(json.load(open(glob.glob('$scratch/store/work/mounts/*.json')[0]))['pid'])")
+python3 stress/stress.py "$mountpoint/com.example.stress/Documents" --seconds "${1:-300}" --workers "${2:-8}" --daemon-pid "$pid"
