@@ -40,6 +40,21 @@ enum Backing {
         openat(directory, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
     }
 
+    /// Runs `body` with a NUL-terminated copy of a name kept as bytes.
+    static func withCName<R>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) -> R) -> R {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { buffer in
+            for index in 0..<name.count { buffer[index] = CChar(bitPattern: name[index]) }
+            buffer[name.count] = 0
+            return body(buffer.baseAddress!)
+        }
+    }
+
+    /// The backing key of `name` in `directory` now, or nil if there is none.
+    static func key(of name: UnsafePointer<CChar>, in directory: Int32) -> BackingKey? {
+        var attributes = stat()
+        return fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0 ? BackingKey(attributes) : nil
+    }
+
     /// The errno of the last failed call, or 0 when `result` says it succeeded.
     @inline(__always)
     static func check(_ result: Int32) -> Int32 { result == -1 ? errno : 0 }

@@ -23,6 +23,9 @@ extension ContainerFileSystem {
             guard denied == 0 else { return request.reply(error: denied) }
         }
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
+        // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
+        // the name up again and retry.
+        guard !isStale(node) else { return request.reply(error: ESTALE) }
         let info = FileInfoCopy(file)
         let path = nodes.itemPath(of: node)
         if writing && !writesInPlace(node) {
@@ -46,6 +49,12 @@ extension ContainerFileSystem {
             let versioned = node.isRegularFile && !node.zone.writesInPlaceByDefault
             info.reply(request, with: handle, directIO: versioned)
         }
+    }
+
+    /// Whether the name `node` was last seen under no longer leads to its backing file.
+    private func isStale(_ node: Node) -> Bool {
+        guard node.isRegularFile, let (parent, name) = nodes.place(of: node) else { return false }
+        return Backing.withCName(name) { Backing.key(of: $0, in: parent.descriptor) } != node.key
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.

@@ -36,6 +36,7 @@ public enum Daemon {
         if geteuid() != 0 { try Preflight.checkFusermount() }
         let mountPoint = Store.absolute(configuration.mountPoint)
         try Preflight.prepareMountPoint(mountPoint)
+        try Preflight.checkMountPointOutside(configuration.store.root, mountPoint: mountPoint)
 
         let store = configuration.store
         let apps = try configuration.app.map { [$0] } ?? store.apps().compactMap { AppID($0.id) }

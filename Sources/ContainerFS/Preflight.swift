@@ -60,6 +60,18 @@ enum Preflight {
         }
     }
 
+    /// A mount point inside the store would make the daemon serve its own backing files through itself.
+    static func checkMountPointOutside(_ store: String, mountPoint: String) throws {
+        let storePath = URL(fileURLWithPath: store).resolvingSymlinksInPath().path
+        let mountPath = URL(fileURLWithPath: mountPoint).resolvingSymlinksInPath().path
+        if mountPath == storePath || mountPath.hasPrefix(storePath + "/") {
+            throw ContainerError("\(mountPoint) is inside the store \(store): choose a mount point outside it.")
+        }
+        if storePath.hasPrefix(mountPath + "/") {
+            throw ContainerError("the store \(store) is inside the mount point \(mountPoint): mounting would hide it; choose another mount point.")
+        }
+    }
+
     /// Lazily detaches a dead FUSE mount (its daemon is gone: every access says ENOTCONN).
     static func clearStaleMount(_ path: String) throws {
         FileHandle.standardError.write("containerfs: \(path) holds a stale mount left by a daemon that died; clearing it.\n".data(using: .utf8)!)

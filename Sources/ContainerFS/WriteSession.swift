@@ -106,20 +106,14 @@ final class Shadows: @unchecked Sendable {
         guard let (parent, name) = nodes.place(of: node) else { return 0 }
         var published = stat()
         guard fstat(session.shadow, &published) == 0 else { return errno }
-        var current = stat()
-        let renamed = name.withUnsafeBufferPointer { bytes in
-            withUnsafeTemporaryAllocation(of: CChar.self, capacity: bytes.count + 1) { cName in
-                for index in 0..<bytes.count { cName[index] = CChar(bitPattern: bytes[index]) }
-                cName[bytes.count] = 0
-                guard fstatat(parent.descriptor, cName.baseAddress!, &current, AT_SYMLINK_NOFOLLOW) == 0,
-                      BackingKey(current) == node.key else { return false }
-                let previous = nodes.republish(node, as: published)
-                guard renameat(directory, session.shadowName, parent.descriptor, cName.baseAddress!) == 0 else {
-                    nodes.abandonRepublish(node, previous: previous)
-                    return false
-                }
-                return true
+        let renamed = Backing.withCName(name) { cName -> Bool in
+            guard Backing.key(of: cName, in: parent.descriptor) == node.key else { return false }
+            let previous = nodes.republish(node, as: published)
+            guard renameat(directory, session.shadowName, parent.descriptor, cName) == 0 else {
+                nodes.abandonRepublish(node, previous: previous)
+                return false
             }
+            return true
         }
         guard renamed else { return 0 }
         session.shadowName = []
