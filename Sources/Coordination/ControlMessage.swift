@@ -164,8 +164,6 @@ public enum ControlMessage: Hashable, Sendable {
             case unknownPresenter
             /// The client's user may not access the item (e.g. `addPresenter` on an item it cannot read).
             case accessDenied
-            /// The client did not read its messages fast enough; the daemon closes the connection.
-            case overloaded
             case internalError
         }
 

@@ -148,9 +148,26 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// The client connection that `pid` belongs to: the connected process itself, a thread of it
     /// (FUSE reports thread ids), or a descendant of it (e.g. the command that
     /// `containerfs coordinate` runs inside its coordinated access). Nil for ordinary programs.
+    ///
+    /// Answers are cached for a second (the filesystem asks on every request; walking /proc is
+    /// not free), and the cache is dropped whenever a client connects or disconnects. If one
+    /// process holds several connections, the oldest one is its owner.
     public func ownerOf(pid: pid_t) -> OwnerID? {
-        let owners = state.withLock { $0.ownersByPID }
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (owners, cached) = state.withLock { state -> ([pid_t: OwnerID], OwnerCacheEntry?) in
+            (state.ownersByPID.mapValues { $0.min()! }, state.ownerCache[pid])
+        }
         guard !owners.isEmpty else { return nil }
+        if let cached, cached.expires > now { return cached.owner }
+        let owner = resolveOwner(pid, in: owners)
+        state.withLock { state in
+            if state.ownerCache.count > 4096 { state.ownerCache.removeAll() }
+            state.ownerCache[pid] = OwnerCacheEntry(owner: owner, expires: now + 1_000_000_000)
+        }
+        return owner
+    }
+
+    private func resolveOwner(_ pid: pid_t, in owners: [pid_t: OwnerID]) -> OwnerID? {
         var current = pid
         for _ in 0..<64 {
             if let owner = owners[current] { return owner }
@@ -178,6 +195,20 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         var status = engine.status()
         status.clients = clients()
         status.writeSessions = writeSessions.withLock { $0 }()
+        return status
+    }
+
+    /// The status as one peer may see it: root and the daemon's own user see everything; others
+    /// see only presenters, accesses, messages and write sessions of items they may read.
+    public func status(for peer: PeerCredentials) -> CoordinationStatus {
+        var status = status()
+        guard peer.userID != 0, peer.userID != getuid() else { return status }
+        let visible: (ItemPath) -> Bool = { self.mayAccess(peer, $0, false) }
+        status.presenters = status.presenters.filter { visible($0.path) }
+        status.accesses = status.accesses.filter { visible($0.path) }
+        let shown = Set(status.presenters.map(\.key))
+        status.pendingMessages = status.pendingMessages.filter { shown.contains($0.presenter) }
+        status.writeSessions = status.writeSessions?.filter { visible($0.path) }
         return status
     }
 
@@ -212,7 +243,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 let connection = Connection(owner: OwnerID(state.lastOwner), fd: fd, credentials: credentials,
                                             server: self)
                 state.connections[connection.owner] = connection
-                state.ownersByPID[credentials.processID] = connection.owner
+                state.ownersByPID[credentials.processID, default: []].insert(connection.owner)
+                state.ownerCache.removeAll()
                 return connection
             }
             guard let connection else {
@@ -229,9 +261,10 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     fileprivate func connectionClosed(_ connection: Connection, reason: String) {
         state.withLock { state in
             state.connections.removeValue(forKey: connection.owner)
-            if state.ownersByPID[connection.credentials.processID] == connection.owner {
-                state.ownersByPID.removeValue(forKey: connection.credentials.processID)
-            }
+            let pid = connection.credentials.processID
+            state.ownersByPID[pid]?.remove(connection.owner)
+            if state.ownersByPID[pid]?.isEmpty == true { state.ownersByPID.removeValue(forKey: pid) }
+            state.ownerCache.removeAll()
         }
         engine.disconnect(connection.owner)
         log("control client \(connection.owner) disconnected: \(reason)")
@@ -279,7 +312,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         case .presenterReply(let body):
             engine.messenger.receiveReply(body.messageID, from: owner, error: body.error)
         case .statusRequest:
-            connection.enqueue(.statusReply(status()))
+            connection.enqueue(.statusReply(status(for: connection.credentials)))
         case .helloReply, .granted, .denied, .presenterMessage, .statusReply, .error:
             connection.fail(.protocolViolation, "\(message.type.rawValue) is sent by the daemon, not to it")
         }
@@ -365,7 +398,14 @@ private struct ServerState {
     var stopped = false
     var lastOwner: UInt64 = 0
     var connections: [OwnerID: Connection] = [:]
-    var ownersByPID: [pid_t: OwnerID] = [:]
+    var ownersByPID: [pid_t: Set<OwnerID>] = [:]
+    var ownerCache: [pid_t: OwnerCacheEntry] = [:]
+}
+
+private struct OwnerCacheEntry {
+    let owner: OwnerID?
+    /// Monotonic nanoseconds.
+    let expires: UInt64
 }
 
 private struct WeakServer {

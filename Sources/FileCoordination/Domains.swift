@@ -300,6 +300,7 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
         lock.withLock { mountRoot = root }
     }
 
+    /// Closes the connection on purpose (no connection-lost report).
     func disconnect() {
         lock.withLock { () -> ControlClient? in
             defer { client = nil }
@@ -323,6 +324,13 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
             throw .connectionFailed("\(error)")
         }
         client = made
+        made.onClose { [weak self, weak made] in
+            guard let self else { return }
+            let (current, hadPresenters) = lock.withLock { (self.client, !self.presenters.isEmpty) }
+            if hadPresenters, current === made {
+                FileCoordinator.connectionLost(socketPath: socketPath)
+            }
+        }
         for (id, path) in presenters.sorted(by: { $0.key < $1.key }) {
             try? made.send(.addPresenter(.init(presenter: id, path: path)))
         }
@@ -330,7 +338,13 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
     }
 
     private func receive(_ notice: ControlMessage.PresenterNotice) {
-        let client = lock.withLock { self.client }
+        let client = lock.withLock { () -> ControlClient? in
+            // Keep the path to register again after a reconnection current.
+            if case .presentedItemDidMove(let path) = notice.message, presenters[notice.presenter] != nil {
+                presenters[notice.presenter] = path
+            }
+            return self.client
+        }
         PresenterTable.shared.deliver(notice.message, to: notice.presenter, in: self) { error in
             guard notice.expectsReply else { return }
             try? client?.send(.presenterReply(.init(messageID: notice.messageID, error: error)))

@@ -95,6 +95,22 @@ public final class FileCoordinator: @unchecked Sendable {
         PresenterTable.shared.all
     }
 
+    nonisolated(unsafe) private static var lostHandler: (@Sendable (String) -> Void)?
+    private static let handlerLock = NSLock()
+
+    /// Not in Foundation: called (on some thread) with the control socket's path when the shared
+    /// connection to a mount's daemon closes while presenters of that mount are registered,
+    /// since they no longer hear anything. The next coordinated access or `addFilePresenter` on
+    /// that mount reconnects and registers them again. `containerfs watch` exits on it.
+    public static var connectionLostHandler: (@Sendable (_ socketPath: String) -> Void)? {
+        get { handlerLock.withLock { lostHandler } }
+        set { handlerLock.withLock { lostHandler = newValue } }
+    }
+
+    static func connectionLost(socketPath: String) {
+        connectionLostHandler?(socketPath)
+    }
+
     // MARK: - Blocking coordination, NSError out-parameter
 
     public func coordinate(readingItemAt url: URL, options: ReadingOptions = [], error outError: NSErrorPointer,

@@ -377,6 +377,37 @@ final class ControlServerTests: XCTestCase {
         eventually("forgotten") { server.ownerOf(pid: getpid()) == nil }
     }
 
+    func testSeveralConnectionsOfOneProcessBelongToTheOldest() throws {
+        try startServer()
+        let first = try connect()
+        let second = try connect()
+        let owners = server.clients().map(\.owner)
+        XCTAssertEqual(owners.count, 2)
+        XCTAssertEqual(server.ownerOf(pid: getpid()), owners.min())
+        first.close()
+        eventually("the other connection owns the process now") { server.ownerOf(pid: getpid()) == owners.max() }
+        second.close()
+        eventually("no owner") { server.ownerOf(pid: getpid()) == nil }
+    }
+
+    func testOtherUsersSeeOnlyWhatTheyMayReadInTheStatus() throws {
+        let stranger = PeerCredentials(processID: 4242, userID: 12_345, groupID: 12_345)
+        try startServer(mayAccess: { peer, item, _ in
+            peer.userID != stranger.userID || item.components.first?.string != "private"
+        })
+        server.engine.registry.add(PresenterKey(owner: OwnerID(50), purpose: PurposeID("a")), path: path("private/diary"))
+        server.engine.registry.add(PresenterKey(owner: OwnerID(50), purpose: PurposeID("b")), path: path("shared/list"))
+        server.engine.arbiter.request([.write(path("private/diary"))], owner: .ordinaryPrograms,
+                                      purpose: PurposeID("fuse-1")) { _ in }
+        let strangers = server.status(for: stranger)
+        XCTAssertEqual(strangers.presenters.map(\.path), [path("shared/list")])
+        XCTAssertTrue(strangers.accesses.isEmpty)
+        XCTAssertEqual(strangers.writeSessions, [WriteSessionStatus(path: path("Documents/a.txt"))])
+        let roots = server.status(for: PeerCredentials(processID: 1, userID: 0, groupID: 0))
+        XCTAssertEqual(roots.presenters.count, 2)
+        XCTAssertEqual(roots.accesses.count, 1)
+    }
+
     func testAccessIsCheckedWithTheDaemonsClosure() throws {
         let asked = EventLog<String>()
         try startServer(mayAccess: { peer, item, write in

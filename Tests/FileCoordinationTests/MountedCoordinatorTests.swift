@@ -165,6 +165,28 @@ final class MountedCoordinatorTests: XCTestCase {
         }
     }
 
+    func testALostConnectionIsReportedAndPresentersComeBackOnReconnection() throws {
+        let lost = Events()
+        FileCoordinator.connectionLostHandler = { lost.append($0) }
+        defer { FileCoordinator.connectionLostHandler = nil }
+        let editor = present("Documents/note.txt")
+        eventually("registered") { server.engine.registry.all().count == 1 }
+        server.stop()
+        eventually("reported") { lost.all == [mountRoot.path + "/.control"] }
+
+        // A new daemon on the same socket: the next use reconnects and registers again.
+        server = ControlServer(socketPath: mountRoot.path + "/.control", mayAccess: { _, _, _ in true }) {
+            CoordinationEngine(transport: $0)
+        }
+        try server.start()
+        try FileCoordinator().coordinate(readingItemAt: url("Documents/other.txt")) { _ in }
+        eventually("registered again") { server.engine.registry.all().map(\.path) == [ItemPath("Documents/note.txt")!] }
+        let write = beginOnDaemon(.write(ItemPath("Documents/note.txt")!))
+        eventually("granted") { write.first != nil }
+        XCTAssertEqual(editor.events.all, ["relinquishToWriter"])
+        write.first?.end(tookEffect: true)
+    }
+
     func testTheClientCanAskForStatus() throws {
         let client = try ControlClient(socketPath: mountRoot.path + "/.control", clientName: "status-test")
         defer { client.close() }

@@ -33,6 +33,10 @@ struct WatchCommand: ParsableCommand {
 
     func run() throws {
         let output = EventPrinter(json: json)
+        FileCoordinator.connectionLostHandler = { socketPath in
+            printError("containerfs watch: lost the connection to the daemon at \(socketPath); presenters are gone.")
+            Foundation.exit(1)
+        }
         var presenters: [WatchPresenter] = []
         for path in paths {
             let url = URL(fileURLWithPath: path).standardizedFileURL
