@@ -474,6 +474,7 @@ private final class Connection: @unchecked Sendable {
 
     func start() {
         queue.async { [self] in
+            guard !closed else { return }   // stopped before it started; close() closed the descriptor
             let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
             let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
             read.setEventHandler { [weak self] in self?.readAvailable() }

@@ -156,6 +156,8 @@ public final class ControlClient: @unchecked Sendable {
                 break
             }
         }
+        // Whatever ended the loop, end the connection for the daemon too.
+        shutdown(fd, Int32(SHUT_RDWR))
         let (pending, statuses, handlers) = state.withLock { () -> ([(Result<Void, FileCoordinationError>) -> Void], [(Result<CoordinationStatus, FileCoordinationError>) -> Void], [() -> Void]) in
             isClosed = true
             defer { waiters = [:]; statusWaiters = []; closeHandlers = [] }
