@@ -80,6 +80,103 @@ final class CommandLineTests: XCTestCase {
         XCTAssertTrue(status.errors.contains("not in a ContainerFS mount"), status.errors)
     }
 
+    /// A directory tree dressed up as a mount: real `user.containerfs.*` xattrs on real files
+    /// (ext4 and tmpfs take user xattrs), so the commands find a ControlServer the test runs.
+    private func fakeMount() throws -> (root: URL, server: ControlServer) {
+        let root = directory.appendingPathComponent("mnt")
+        let socketPath = directory.path + "/control"
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true)
+        try Data("note\n".utf8).write(to: root.appendingPathComponent("Documents/note.txt"))
+        for relative in ["", "Documents", "Documents/note.txt"] {
+            let path = relative.isEmpty ? root.path : root.path + "/" + relative
+            guard setAttribute(path, "user.containerfs.control-socket", socketPath),
+                  setAttribute(path, "user.containerfs.path", relative) else {
+                throw XCTSkip("this filesystem takes no user xattrs")
+            }
+        }
+        let server = ControlServer(socketPath: socketPath, mayAccess: { _, _, _ in true }) {
+            CoordinationEngine(transport: $0, replyTimeout: .seconds(2))
+        }
+        try server.start()
+        return (root, server)
+    }
+
+    private func begin(_ operation: CoordinatedOperation, on server: ControlServer) -> Events.Sessions {
+        let sessions = Events.Sessions()
+        server.engine.begin(operation, owner: .ordinaryPrograms, purpose: PurposeID("fuse-\(UUID())"),
+                            timeout: .seconds(10)) { result in
+            if case .success(let session) = result { sessions.add(session) }
+        }
+        return sessions
+    }
+
+    func testWatchPrintsWhatPresentersHearAndRunsItsCommands() throws {
+        let binary = try executable()
+        let (root, server) = try fakeMount()
+        defer { server.stop() }
+        let saved = directory.appendingPathComponent("saved-by-watch")
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = ["watch", "--json", "--on-save", "sleep 0.3; echo \"$CONTAINERFS_EVENT\" > '\(saved.path)'",
+                             root.path + "/Documents/note.txt", root.path + "/Documents"]
+        let output = Pipe()
+        process.standardOutput = output
+        let lines = Events()
+        let buffer = LineBuffer()
+        output.fileHandleForReading.readabilityHandler = { handle in
+            for line in buffer.add(handle.availableData) { lines.append(line) }
+        }
+        try process.run()
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+            output.fileHandleForReading.readabilityHandler = nil
+        }
+        eventually("both presenters registered") { server.engine.registry.all().count == 2 }
+        XCTAssertEqual(server.clients().first?.clientName, "containerfs")
+
+        let write = begin(.write(ItemPath("Documents/note.txt")!), on: server)
+        eventually("write granted") { write.first != nil }
+        write.first?.end(tookEffect: true)
+        let note = root.path + "/Documents/note.txt"
+        eventually("published") { lines.all.count >= 4 }
+        let events = try lines.all.map { line -> [String: String] in
+            try JSONDecoder().decode([String: String].self, from: Data(line.utf8))
+        }
+        XCTAssertEqual(events.filter { $0["watched"] == note }.map { $0["event"]! },
+                       ["relinquishPresentedItemToWriter", "presentedItemDidChange", "reacquirePresentedItem"])
+        XCTAssertTrue(events.contains { $0["event"] == "presentedSubitemDidChange" && $0["path"] == note })
+        XCTAssertTrue(events.allSatisfy { $0["path"] != nil })
+
+        // A read asks to save: the daemon waits until --on-save's command has ended.
+        let read = begin(.read(ItemPath("Documents/note.txt")!), on: server)
+        eventually("read granted") { read.first != nil }
+        XCTAssertEqual(try? String(contentsOf: saved, encoding: .utf8), "savePresentedItemChanges\n",
+                       "answered only once the command ended")
+        read.first?.end(tookEffect: true)
+
+        lines.clear()
+        let move = begin(.move(from: ItemPath("Documents/note.txt")!, to: ItemPath("Documents/moved.txt")!,
+                               replacesDestination: false), on: server)
+        eventually("move granted") { move.first != nil }
+        move.first?.end(tookEffect: true)
+        eventually("move told") { lines.all.contains { $0.contains("presentedItemDidMove") } }
+        let moved = try XCTUnwrap(lines.all.first { $0.contains("presentedItemDidMove") })
+        let fields = try JSONDecoder().decode([String: String].self, from: Data(moved.utf8))
+        XCTAssertEqual(fields["path"], note)
+        XCTAssertEqual(fields["newPath"], root.path + "/Documents/moved.txt")
+
+        // status finds the daemon from the mount point alone.
+        let status = try containerfs(["status", root.path])
+        XCTAssertEqual(status.status, 0, status.errors)
+        XCTAssertTrue(status.output.contains("Presenters: 2"), status.output)
+        XCTAssertTrue(status.output.contains(root.path + "/Documents/moved.txt"), status.output)
+
+        server.stop()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 1, "watch ends when the daemon goes away")
+    }
+
     func testStatusShowsTheDaemonsState() throws {
         _ = try executable()
         let socketPath = directory.path + "/control"
@@ -113,4 +210,32 @@ final class CommandLineTests: XCTestCase {
         XCTAssertEqual(decoded.writeSessions?.first?.processIDs, [42])
         XCTAssertEqual(decoded.clients?.count, 1)
     }
+}
+
+/// Splits a byte stream into lines.
+private final class LineBuffer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var pending = Data()
+
+    func add(_ data: Data) -> [String] {
+        lock.withLock {
+            pending.append(data)
+            var lines: [String] = []
+            while let newline = pending.firstIndex(of: 0x0A) {
+                lines.append(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
+                pending = Data(pending[(newline + 1)...])
+            }
+            return lines
+        }
+    }
+}
+
+private typealias SetxattrFunction = @convention(c) (
+    UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeRawPointer?, Int, Int32) -> Int32
+
+private func setAttribute(_ path: String, _ name: String, _ value: String) -> Bool {
+    guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "setxattr") else { return false }
+    let setxattr = unsafeBitCast(symbol, to: SetxattrFunction.self)
+    let bytes = Array(value.utf8)
+    return bytes.withUnsafeBytes { setxattr(path, name, $0.baseAddress, bytes.count, 0) } == 0
 }
