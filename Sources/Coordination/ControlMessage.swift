@@ -164,6 +164,8 @@ public enum ControlMessage: Hashable, Sendable {
             case unknownPresenter
             /// The client's user may not access the item (e.g. `addPresenter` on an item it cannot read).
             case accessDenied
+            /// The client has as many presenters as the daemon allows one client.
+            case limitExceeded
             case internalError
         }
 

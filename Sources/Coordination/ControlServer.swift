@@ -43,6 +43,10 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// Bytes of encoded frames that may wait for one slow client before it is disconnected.
     public let maxQueuedBytes: Int
     public let maxClients: Int
+    /// Presenters and unreleased requests one client may have, so that no client can make the
+    /// daemon (which runs as root) grow without bound.
+    public let maxPresentersPerClient: Int
+    public let maxRequestsPerClient: Int
 
     private let mayAccess: AccessCheck
     private let log: @Sendable (String) -> Void
@@ -64,16 +68,19 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     ///   - makeEngine: builds the engine around the transport it is given (this server), e.g.
     ///     `{ CoordinationEngine(transport: $0, replyTimeout: .seconds(2)) }`.
     public convenience init(socketPath: String, maxQueuedBytes: Int = 4 << 20, maxClients: Int = 1024,
+                            maxPresentersPerClient: Int = 10_000, maxRequestsPerClient: Int = 10_000,
                 mayAccess: @escaping AccessCheck,
                 writeSessions: @escaping @Sendable () -> [WriteSessionStatus] = { [] },
                 log: @escaping @Sendable (String) -> Void = { _ in },
                 makeEngine: (any PresenterTransport) -> CoordinationEngine) {
         self.init(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: maxClients,
+                  maxPresentersPerClient: maxPresentersPerClient, maxRequestsPerClient: maxRequestsPerClient,
                   mayAccess: mayAccess, writeSessions: writeSessions, log: log,
                   processInfo: ControlServer.procProcessInfo, makeEngine: makeEngine)
     }
 
-    init(socketPath: String, maxQueuedBytes: Int, maxClients: Int, mayAccess: @escaping AccessCheck,
+    init(socketPath: String, maxQueuedBytes: Int, maxClients: Int, maxPresentersPerClient: Int = 10_000,
+         maxRequestsPerClient: Int = 10_000, mayAccess: @escaping AccessCheck,
          writeSessions: @escaping @Sendable () -> [WriteSessionStatus], log: @escaping @Sendable (String) -> Void,
          processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?,
          makeEngine: (any PresenterTransport) -> CoordinationEngine) {
@@ -81,6 +88,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         self.socketPath = socketPath
         self.maxQueuedBytes = maxQueuedBytes
         self.maxClients = maxClients
+        self.maxPresentersPerClient = maxPresentersPerClient
+        self.maxRequestsPerClient = maxRequestsPerClient
         self.mayAccess = mayAccess
         self.log = log
         self.writeSessions = Locked(writeSessions)
@@ -281,8 +290,15 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 return connection.enqueue(.error(.init(code: .accessDenied,
                                                        message: "presenter \(body.presenter): may not read \(body.path)")))
             }
+            guard connection.presenters.contains(body.presenter)
+                    || connection.presenters.count < maxPresentersPerClient else {
+                return connection.enqueue(.error(.init(code: .limitExceeded,
+                                                       message: "at most \(maxPresentersPerClient) presenters per client")))
+            }
+            connection.presenters.insert(body.presenter)
             engine.registry.add(PresenterKey(owner: owner, purpose: body.presenter), path: body.path)
         case .removePresenter(let body):
+            connection.presenters.remove(body.presenter)
             if engine.registry.remove(PresenterKey(owner: owner, purpose: body.presenter)) == nil {
                 connection.enqueue(.error(.init(code: .unknownPresenter, message: "no presenter \(body.presenter)")))
             }
@@ -328,12 +344,15 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             log("control client \(connection.owner): \(refused.kind.isWrite ? "write" : "read") of \(refused.path) refused")
             return deny(.accessDenied, "may not \(refused.kind.isWrite ? "write" : "read") \(refused.path)")
         }
-        let isNew = connection.requests.withLock { requests -> Bool in
-            guard requests[id] == nil else { return false }
+        let admission = connection.requests.withLock { requests -> String? in
+            guard requests[id] == nil else { return "request id \(id) is in use" }
+            guard requests.count < maxRequestsPerClient else {
+                return "at most \(maxRequestsPerClient) unreleased requests per client"
+            }
             requests[id] = .requesting
-            return true
+            return nil
         }
-        guard isNew else { return deny(.invalidRequest, "request id \(id) is in use") }
+        if let admission { return deny(.invalidRequest, admission) }
         let arbiter = engine.arbiter
         let ticket = arbiter.request(body.accesses, owner: connection.owner, purpose: body.purpose,
                                      timeout: body.timeout) { [weak connection] result in
@@ -436,6 +455,8 @@ private final class Connection: @unchecked Sendable {
     let credentials: PeerCredentials
     let queue: DispatchQueue
     let requests = Locked<[UInt64: RequestEntry]>([:])
+    /// Ids of this client's presenters; touched on `queue` only.
+    var presenters: Set<PurposeID> = []
     private weak var server: ControlServer?
     private let maxQueuedBytes: Int
     private let outgoing = Locked(Outgoing())

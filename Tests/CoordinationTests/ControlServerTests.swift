@@ -26,13 +26,13 @@ final class ControlServerTests: XCTestCase {
     private var socketPath: String { directory + "/control" }
 
     @discardableResult
-    private func startServer(replyTimeout: Duration = .seconds(2), maxQueuedBytes: Int = 4 << 20,
+    private func startServer(replyTimeout: Duration = .seconds(2), maxQueuedBytes: Int = 4 << 20, limit: Int = 10_000,
                              mayAccess: @escaping ControlServer.AccessCheck = { _, _, _ in true },
                              processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)? = ControlServer.procProcessInfo)
         throws -> ControlServer {
         let log = self.log
         let server = ControlServer(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: 64,
-                                   mayAccess: mayAccess, writeSessions: { [WriteSessionStatus(path: path("Documents/a.txt"))] },
+                                   maxPresentersPerClient: limit, maxRequestsPerClient: limit, mayAccess: mayAccess, writeSessions: { [WriteSessionStatus(path: path("Documents/a.txt"))] },
                                    log: { log.append($0) }, processInfo: processInfo) {
             CoordinationEngine(transport: $0, replyTimeout: replyTimeout)
         }
@@ -350,6 +350,31 @@ final class ControlServerTests: XCTestCase {
         eventually("disconnected", timeout: 5) { server.clients().isEmpty }
         XCTAssertTrue(server.engine.registry.all().isEmpty)
         XCTAssertTrue(log.all.contains { $0.contains("overflow") })
+    }
+
+    func testAClientCannotGrowTheDaemonWithoutBound() throws {
+        try startServer(limit: 2)
+        let client = try connect()
+        for name in ["a", "b", "a"] {   // registering "a" again moves it: no new presenter
+            try client.send(.addPresenter(.init(presenter: PurposeID(name), path: path(name))))
+        }
+        try client.send(.addPresenter(.init(presenter: PurposeID("c"), path: path("c"))))
+        guard case .error(let error)? = try client.receive() else { return XCTFail("expected an error") }
+        XCTAssertEqual(error.code, .limitExceeded)
+        try client.send(.removePresenter(.init(presenter: PurposeID("a"))))
+        try client.send(.addPresenter(.init(presenter: PurposeID("c"), path: path("c"))))
+        eventually("room again") { Set(server.engine.registry.all().map(\.key.purpose.rawValue)) == ["b", "c"] }
+
+        for id in 1...2 {
+            try client.send(.coordinate(.init(requestID: UInt64(id), purpose: PurposeID("p"), accesses: [.read(path("r\(id)"))])))
+            XCTAssertEqual(try client.receive(), .granted(.init(requestID: UInt64(id))))
+        }
+        try client.send(.coordinate(.init(requestID: 3, purpose: PurposeID("p"), accesses: [.read(path("r3"))])))
+        guard case .denied(let denied)? = try client.receive() else { return XCTFail("expected denied") }
+        XCTAssertEqual(denied.reason, .invalidRequest)
+        try client.send(.release(.init(requestID: 1)))
+        try client.send(.coordinate(.init(requestID: 3, purpose: PurposeID("p"), accesses: [.read(path("r3"))])))
+        XCTAssertEqual(try client.receive(), .granted(.init(requestID: 3)))
     }
 
     // MARK: - Credentials and access checks
