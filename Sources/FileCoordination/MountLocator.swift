@@ -30,7 +30,8 @@ public struct MountLocation: Hashable, Sendable {
 ///   joined by `/`, empty for the root.
 ///
 /// For an item that does not exist yet the parent is asked (walking up until something exists)
-/// and the missing names are appended. Attributes are read with `getxattr`, which follows
+/// and the missing names are appended; so is it for a FIFO, socket or device, whose user.*
+/// attributes Linux never shows. Attributes are read with `getxattr`, which follows
 /// symlinks, as Foundation's file APIs do. Absent attributes (`ENODATA`, `ENOTSUP`) mean the
 /// path is not in a ContainerFS mount.
 public struct MountLocator: Sendable {
@@ -82,6 +83,11 @@ public struct MountLocator: Sendable {
             case .noSuchItem:
                 guard let last = components.popLast() else { return nil }
                 missing.append(last)
+            case .absent where MountLocator.isSpecialFile(current):
+                // Linux never shows user.* attributes of FIFOs, sockets and devices (ENODATA):
+                // ask the directory the item is in.
+                guard let last = components.popLast() else { return nil }
+                missing.append(last)
             case .absent, .failed:
                 return nil
             }
@@ -100,6 +106,14 @@ public struct MountLocator: Sendable {
         guard names.count >= tail.count, Array(names.suffix(tail.count)) == tail else { return nil }
         let root = names.dropLast(tail.count).map { String(decoding: $0, as: UTF8.self) }
         return "/" + root.joined(separator: "/")
+    }
+
+    /// An existing item that is neither a regular file nor a directory (after following symlinks).
+    static func isSpecialFile(_ path: String) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return false }
+        let type = info.st_mode & S_IFMT
+        return type != S_IFREG && type != S_IFDIR
     }
 
     /// `getxattr(2)`, looked up at run time: Swift's Glibc module leaves out <sys/xattr.h>.

@@ -65,6 +65,22 @@ final class MountLocatorTests: XCTestCase {
         XCTAssertNil(locator.locate(path: "/nowhere/at/all"))
     }
 
+    func testAFIFOIsLocatedThroughItsDirectory() throws {
+        let directory = makeTemporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let fifo = directory.appendingPathComponent("pipe")
+        XCTAssertEqual(mkfifo(fifo.path, 0o600), 0)
+        let dir = directory.path
+        let locator = MountLocator { path, name in
+            if path == dir {
+                return .value(Array((name == MountLocator.socketAttribute ? "/run/s" : "Documents").utf8))
+            }
+            return path.hasPrefix(dir) ? .absent : .noSuchItem
+        }
+        XCTAssertEqual(locator.locate(path: fifo.path)?.itemPath, ItemPath("Documents/pipe"))
+        XCTAssertNil(locator.locate(path: dir + "/plain-but-absent"), "a missing item reads as absent here: no walk")
+    }
+
     func testTheRealReaderSaysAbsentOnAnOrdinaryFile() throws {
         let directory = makeTemporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
