@@ -47,6 +47,9 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// daemon (which runs as root) grow without bound.
     public let maxPresentersPerClient: Int
     public let maxRequestsPerClient: Int
+    /// A connection that has not said hello by then is closed, so silent connections cannot use
+    /// up the `maxClients` slots.
+    public let helloTimeout: Duration
 
     private let mayAccess: AccessCheck
     private let log: @Sendable (String) -> Void
@@ -69,18 +72,20 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     ///     `{ CoordinationEngine(transport: $0, replyTimeout: .seconds(2)) }`.
     public convenience init(socketPath: String, maxQueuedBytes: Int = 4 << 20, maxClients: Int = 1024,
                             maxPresentersPerClient: Int = 10_000, maxRequestsPerClient: Int = 10_000,
+                            helloTimeout: Duration = .seconds(5),
                 mayAccess: @escaping AccessCheck,
                 writeSessions: @escaping @Sendable () -> [WriteSessionStatus] = { [] },
                 log: @escaping @Sendable (String) -> Void = { _ in },
                 makeEngine: (any PresenterTransport) -> CoordinationEngine) {
         self.init(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: maxClients,
                   maxPresentersPerClient: maxPresentersPerClient, maxRequestsPerClient: maxRequestsPerClient,
+                  helloTimeout: helloTimeout,
                   mayAccess: mayAccess, writeSessions: writeSessions, log: log,
                   processInfo: ControlServer.procProcessInfo, makeEngine: makeEngine)
     }
 
     init(socketPath: String, maxQueuedBytes: Int, maxClients: Int, maxPresentersPerClient: Int = 10_000,
-         maxRequestsPerClient: Int = 10_000, mayAccess: @escaping AccessCheck,
+         maxRequestsPerClient: Int = 10_000, helloTimeout: Duration = .seconds(5), mayAccess: @escaping AccessCheck,
          writeSessions: @escaping @Sendable () -> [WriteSessionStatus], log: @escaping @Sendable (String) -> Void,
          processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?,
          makeEngine: (any PresenterTransport) -> CoordinationEngine) {
@@ -90,6 +95,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         self.maxClients = maxClients
         self.maxPresentersPerClient = maxPresentersPerClient
         self.maxRequestsPerClient = maxRequestsPerClient
+        self.helloTimeout = helloTimeout
         self.mayAccess = mayAccess
         self.log = log
         self.writeSessions = Locked(writeSessions)
@@ -459,6 +465,7 @@ private final class Connection: @unchecked Sendable {
     var presenters: Set<PurposeID> = []
     private weak var server: ControlServer?
     private let maxQueuedBytes: Int
+    private let helloTimeout: Duration
     private let outgoing = Locked(Outgoing())
     private let clientName = Locked<String?>(nil)
 
@@ -485,6 +492,7 @@ private final class Connection: @unchecked Sendable {
         self.credentials = credentials
         self.server = server
         self.maxQueuedBytes = server.maxQueuedBytes
+        self.helloTimeout = server.helloTimeout
         self.queue = DispatchQueue(label: "containerfs.control.client\(owner.rawValue)")
     }
 
@@ -508,6 +516,10 @@ private final class Connection: @unchecked Sendable {
             openSources = 2
             read.resume()
             flush()
+            queue.asyncAfter(deadline: .now() + helloTimeout.dispatchInterval) { [weak self] in
+                guard let self, !greeted, !closed else { return }
+                fail(.protocolViolation, "no hello in time")
+            }
         }
     }
 

@@ -27,12 +27,14 @@ final class ControlServerTests: XCTestCase {
 
     @discardableResult
     private func startServer(replyTimeout: Duration = .seconds(2), maxQueuedBytes: Int = 4 << 20, limit: Int = 10_000,
+                             helloTimeout: Duration = .seconds(5),
                              mayAccess: @escaping ControlServer.AccessCheck = { _, _, _ in true },
                              processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)? = ControlServer.procProcessInfo)
         throws -> ControlServer {
         let log = self.log
         let server = ControlServer(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: 64,
-                                   maxPresentersPerClient: limit, maxRequestsPerClient: limit, mayAccess: mayAccess, writeSessions: { [WriteSessionStatus(path: path("Documents/a.txt"))] },
+                                   maxPresentersPerClient: limit, maxRequestsPerClient: limit,
+                                   helloTimeout: helloTimeout, mayAccess: mayAccess, writeSessions: { [WriteSessionStatus(path: path("Documents/a.txt"))] },
                                    log: { log.append($0) }, processInfo: processInfo) {
             CoordinationEngine(transport: $0, replyTimeout: replyTimeout)
         }
@@ -104,6 +106,20 @@ final class ControlServerTests: XCTestCase {
         guard case .error(let error)? = try client.receive() else { return XCTFail("expected an error frame") }
         XCTAssertEqual(error.code, .unsupportedVersion)
         XCTAssertNil(try client.receive(), "then the daemon closes the connection")
+    }
+
+    func testASilentConnectionIsClosedAfterTheHelloTimeout() throws {
+        try startServer(helloTimeout: .milliseconds(150))
+        let silent = try connect(greet: false)
+        let polite = try connect()
+        let started = Date()
+        guard case .error(let error)? = try silent.receive(timeout: 3) else { return XCTFail("expected an error") }
+        XCTAssertEqual(error.code, .protocolViolation)
+        XCTAssertNil(try silent.receive(timeout: 3))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2)
+        usleep(200_000)
+        try polite.send(.statusRequest)
+        guard case .statusReply? = try polite.receive() else { return XCTFail("a greeted client stays") }
     }
 
     func testAnythingBeforeHelloOrASecondHelloIsAProtocolViolation() throws {
