@@ -41,6 +41,9 @@ public final class ControlClient: @unchecked Sendable {
         }
         self.fd = fd
         var reader = FrameReader()
+        // A daemon that accepts but never answers must not hang the caller: bound the hello.
+        Self.setReceiveTimeout(fd, seconds: 5)
+        defer { Self.setReceiveTimeout(fd, seconds: 0) }
         do {
             try Self.write(fd, .hello(.init(clientName: clientName, processID: getpid())))
             guard let reply = try Self.readOne(fd, &reader) else {
@@ -199,6 +202,12 @@ public final class ControlClient: @unchecked Sendable {
     }
 
     // MARK: - Socket I/O
+
+    /// 0 waits forever.
+    private static func setReceiveTimeout(_ fd: Int32, seconds: Int) {
+        var value = timeval(tv_sec: seconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &value, socklen_t(MemoryLayout<timeval>.size))
+    }
 
     private static func write(_ fd: Int32, _ message: ControlMessage) throws {
         let frame = try ControlCodec.encode(message)

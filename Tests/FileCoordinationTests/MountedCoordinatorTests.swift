@@ -187,6 +187,25 @@ final class MountedCoordinatorTests: XCTestCase {
         write.first?.end(tookEffect: true)
     }
 
+    func testADaemonThatNeverAnswersDoesNotHangTheClient() throws {
+        let path = mountRoot.path + "/mute"
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        XCTAssertEqual(bound, 0)
+        XCTAssertEqual(listen(listener, 4), 0)   // the kernel accepts; nobody ever answers
+        let started = Date()
+        XCTAssertThrowsError(try ControlClient(socketPath: path, clientName: "patient"))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 8)
+    }
+
     func testTheClientCanAskForStatus() throws {
         let client = try ControlClient(socketPath: mountRoot.path + "/.control", clientName: "status-test")
         defer { client.close() }
