@@ -111,7 +111,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
 
     // MARK: - Lifecycle
 
-    /// Binds, listens and starts accepting. Returns at once.
+    /// Binds, listens and starts accepting. Returns at once. A server starts once; after `stop()`
+    /// make a new one.
     public func start() throws(ControlServerError) {
         guard state.withLock({ $0.listenSource == nil && !$0.stopped }) else { throw .alreadyStarted }
         guard isValidSocketPath(socketPath) else { throw .socketPathTooLong(socketPath) }
@@ -130,6 +131,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         }
         if let failure {
             close(fd)
+            if case .system(let call, _) = failure, call != "bind" { unlink(socketPath) }
             throw failure
         }
         let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
