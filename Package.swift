@@ -55,6 +55,7 @@ let package = Package(
         ),
         .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
+        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
         .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "containerfs"]),
     ],
     swiftLanguageModes: [.v5]

@@ -92,6 +92,8 @@ public enum ControlMessage: Hashable, Sendable {
             case cancelled, timedOut, disconnected
             /// The request itself was unacceptable (e.g. a path outside the mount, a duplicate id).
             case invalidRequest
+            /// The client's user may not read (or write) one of the items.
+            case accessDenied
 
             public init(_ error: CoordinationError) {
                 switch error {
@@ -160,6 +162,10 @@ public enum ControlMessage: Hashable, Sendable {
             case protocolViolation
             case unknownRequest
             case unknownPresenter
+            /// The client's user may not access the item (e.g. `addPresenter` on an item it cannot read).
+            case accessDenied
+            /// The client has as many presenters as the daemon allows one client.
+            case limitExceeded
             case internalError
         }
 

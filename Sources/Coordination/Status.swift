@@ -19,12 +19,21 @@ public struct CoordinationStatus: Hashable, Sendable, Codable {
     public var presenters: [PresenterRecord]
     /// Messages sent to presenters and not answered yet.
     public var pendingMessages: [PendingMessageStatus]
+    /// Connected control-socket clients (filled in by `ControlServer`; absent from the engine's
+    /// own status). Optional on the wire, so version 1 receivers that predate it still decode.
+    public var clients: [ClientStatus]?
+    /// Open write sessions (atomic replace, container semantics section 4), filled in by the
+    /// daemon through `ControlServer`'s `writeSessions` hook.
+    public var writeSessions: [WriteSessionStatus]?
 
     public init(accesses: [AccessStatus] = [], presenters: [PresenterRecord] = [],
-                pendingMessages: [PendingMessageStatus] = []) {
+                pendingMessages: [PendingMessageStatus] = [], clients: [ClientStatus]? = nil,
+                writeSessions: [WriteSessionStatus]? = nil) {
         self.accesses = accesses
         self.presenters = presenters
         self.pendingMessages = pendingMessages
+        self.clients = clients
+        self.writeSessions = writeSessions
     }
 
     public init(arbiter: Arbiter, registry: PresenterRegistry, messenger: Messenger? = nil) {
@@ -33,4 +42,42 @@ public struct CoordinationStatus: Hashable, Sendable, Codable {
     }
 
     public var unresponsivePresenters: [PresenterRecord] { presenters.filter(\.isUnresponsive) }
+}
+
+/// One connection of the control socket, with the peer's credentials read at accept.
+public struct ClientStatus: Hashable, Sendable, Codable {
+    public var owner: OwnerID
+    /// From `hello`.
+    public var clientName: String?
+    /// From SO_PEERCRED, not from what the client claims.
+    public var processID: Int32
+    public var userID: UInt32
+    public var groupID: UInt32
+
+    public init(owner: OwnerID, clientName: String?, processID: Int32, userID: UInt32, groupID: UInt32) {
+        self.owner = owner
+        self.clientName = clientName
+        self.processID = processID
+        self.userID = userID
+        self.groupID = groupID
+    }
+}
+
+/// One write session of the filesystem (first open for writing to last close), for status
+/// output. The daemon fills these in; the coordination layer only carries them.
+public struct WriteSessionStatus: Hashable, Sendable, Codable {
+    public var path: ItemPath
+    /// Processes holding the session open, if the daemon knows them.
+    public var processIDs: [Int32]
+    /// Bytes written to the shadow copy so far, if known.
+    public var shadowBytes: UInt64?
+    /// Whether the file writes in place (opted out of atomic replace).
+    public var inPlace: Bool
+
+    public init(path: ItemPath, processIDs: [Int32] = [], shadowBytes: UInt64? = nil, inPlace: Bool = false) {
+        self.path = path
+        self.processIDs = processIDs
+        self.shadowBytes = shadowBytes
+        self.inPlace = inPlace
+    }
 }

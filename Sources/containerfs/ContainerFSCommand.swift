@@ -21,6 +21,10 @@ struct ContainerFSCommand: ParsableCommand {
             PurgeCommand.self,
             BackupCommand.self,
             RestoreCommand.self,
+            WatchCommand.self,
+            CoordinateCommand.self,
+            StatusCommand.self,
+            ExampleNotesCommand.self,
         ]
     )
 }

@@ -1,0 +1,724 @@
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// The daemon's end of the control socket (docs/control-protocol.md): a Unix stream socket, one
+// connection per client (one OwnerID), mapped onto a CoordinationEngine. Nothing here ever waits
+// on a client: sockets are non-blocking, reads and writes run from Dispatch sources on one serial
+// queue per connection, and what a client does not read in time piles up only to a bounded
+// per-connection queue, after which the client is disconnected.
+
+/// Who is at the other end of a connection, as the kernel reports it (SO_PEERCRED) at accept.
+public struct PeerCredentials: Hashable, Sendable, Codable {
+    public var processID: Int32
+    public var userID: UInt32
+    public var groupID: UInt32
+
+    public init(processID: Int32, userID: UInt32, groupID: UInt32) {
+        self.processID = processID
+        self.userID = userID
+        self.groupID = groupID
+    }
+}
+
+public enum ControlServerError: Error, Hashable, Sendable {
+    case socketPathTooLong(String)
+    /// Another server answers on this path.
+    case addressInUse(String)
+    /// Something that is not a socket exists at the path; it is left alone.
+    case pathExists(String)
+    case alreadyStarted
+    case system(call: String, errno: Int32)
+}
+
+public final class ControlServer: PresenterTransport, @unchecked Sendable {
+    public typealias AccessCheck = @Sendable (_ peer: PeerCredentials, _ item: ItemPath, _ write: Bool) -> Bool
+
+    public let socketPath: String
+    /// The engine every client's requests go to. The filesystem uses the same one.
+    public let engine: CoordinationEngine
+    /// Bytes of encoded frames that may wait for one slow client before it is disconnected.
+    public let maxQueuedBytes: Int
+    public let maxClients: Int
+    /// Presenters and unreleased requests one client may have, so that no client can make the
+    /// daemon (which runs as root) grow without bound.
+    public let maxPresentersPerClient: Int
+    public let maxRequestsPerClient: Int
+    /// A connection that has not said hello by then is closed, so silent connections cannot use
+    /// up the `maxClients` slots.
+    public let helloTimeout: Duration
+
+    private let mayAccess: AccessCheck
+    private let log: @Sendable (String) -> Void
+    private let writeSessions: Locked<@Sendable () -> [WriteSessionStatus]>
+    private let state = Locked(ServerState())
+    private let acceptQueue = DispatchQueue(label: "containerfs.control.accept")
+    /// Reads a process's parent and thread-group ids; /proc by default, injected by tests.
+    let processInfo: @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?
+
+    /// - Parameters:
+    ///   - socketPath: where to listen. A stale socket left there is replaced; a live one or any
+    ///     other file is an error at `start()`. The socket is made mode 0666: the daemon serves
+    ///     every user and checks each request with `mayAccess`.
+    ///   - maxQueuedBytes: outgoing bytes one client may leave unread before it is disconnected.
+    ///   - mayAccess: whether the peer may read (`write == false`) or write the item; asked for
+    ///     `addPresenter` (as a read) and for every access of `coordinate`.
+    ///   - writeSessions: the daemon's open write sessions, for status replies.
+    ///   - log: one line per notable event (connect, disconnect, refusal, protocol error).
+    ///   - makeEngine: builds the engine around the transport it is given (this server), e.g.
+    ///     `{ CoordinationEngine(transport: $0, replyTimeout: .seconds(2)) }`.
+    public convenience init(socketPath: String, maxQueuedBytes: Int = 4 << 20, maxClients: Int = 1024,
+                            maxPresentersPerClient: Int = 10_000, maxRequestsPerClient: Int = 10_000,
+                            helloTimeout: Duration = .seconds(5),
+                mayAccess: @escaping AccessCheck,
+                writeSessions: @escaping @Sendable () -> [WriteSessionStatus] = { [] },
+                log: @escaping @Sendable (String) -> Void = { _ in },
+                makeEngine: (any PresenterTransport) -> CoordinationEngine) {
+        self.init(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: maxClients,
+                  maxPresentersPerClient: maxPresentersPerClient, maxRequestsPerClient: maxRequestsPerClient,
+                  helloTimeout: helloTimeout,
+                  mayAccess: mayAccess, writeSessions: writeSessions, log: log,
+                  processInfo: ControlServer.procProcessInfo, makeEngine: makeEngine)
+    }
+
+    init(socketPath: String, maxQueuedBytes: Int, maxClients: Int, maxPresentersPerClient: Int = 10_000,
+         maxRequestsPerClient: Int = 10_000, helloTimeout: Duration = .seconds(5), mayAccess: @escaping AccessCheck,
+         writeSessions: @escaping @Sendable () -> [WriteSessionStatus], log: @escaping @Sendable (String) -> Void,
+         processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?,
+         makeEngine: (any PresenterTransport) -> CoordinationEngine) {
+        let proxy = TransportProxy()
+        self.socketPath = socketPath
+        self.maxQueuedBytes = maxQueuedBytes
+        self.maxClients = maxClients
+        self.maxPresentersPerClient = maxPresentersPerClient
+        self.maxRequestsPerClient = maxRequestsPerClient
+        self.helloTimeout = helloTimeout
+        self.mayAccess = mayAccess
+        self.log = log
+        self.writeSessions = Locked(writeSessions)
+        self.processInfo = processInfo
+        self.engine = makeEngine(proxy)
+        proxy.server.withLock { $0 = WeakServer(server: self) }
+    }
+
+    /// Replaces the write-session hook (the filesystem may be made after the server).
+    public func setWriteSessionProvider(_ provider: @escaping @Sendable () -> [WriteSessionStatus]) {
+        writeSessions.withLock { $0 = provider }
+    }
+
+    // MARK: - Lifecycle
+
+    /// Binds, listens and starts accepting. Returns at once. A server starts once; after `stop()`
+    /// make a new one.
+    public func start() throws(ControlServerError) {
+        guard state.withLock({ $0.listenSource == nil && !$0.stopped }) else { throw .alreadyStarted }
+        guard isValidSocketPath(socketPath) else { throw .socketPathTooLong(socketPath) }
+        try removeStaleSocket()
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .system(call: "socket", errno: errno) }
+        var failure: ControlServerError?
+        if withSocketAddress(socketPath, { address, length in bind(fd, address, length) }) != 0 {
+            failure = .system(call: "bind", errno: errno)
+        } else if chmod(socketPath, 0o666) != 0 {
+            failure = .system(call: "chmod", errno: errno)
+        } else if listen(fd, 128) != 0 {
+            failure = .system(call: "listen", errno: errno)
+        } else if !setNonBlocking(fd) {
+            failure = .system(call: "fcntl", errno: errno)
+        }
+        if let failure {
+            close(fd)
+            if case .system(let call, _) = failure, call != "bind" { unlink(socketPath) }
+            throw failure
+        }
+        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: acceptQueue)
+        source.setEventHandler { [weak self] in self?.acceptPending(fd) }
+        source.setCancelHandler { close(fd) }
+        state.withLock { $0.listenSource = source }
+        source.resume()
+        log("control socket listening at \(socketPath)")
+    }
+
+    /// Stops accepting, closes every connection (each client's presenters and accesses are
+    /// dropped from the engine) and removes the socket file. Must not be called from a
+    /// completion that runs on a connection's queue.
+    public func stop() {
+        let (source, connections) = state.withLock { state -> (DispatchSourceRead?, [Connection]) in
+            state.stopped = true
+            defer { state.listenSource = nil }
+            return (state.listenSource, Array(state.connections.values))
+        }
+        if let source {
+            source.cancel()
+            unlink(socketPath)
+        }
+        for connection in connections {
+            connection.queue.sync { connection.close(reason: "server stopping") }
+        }
+    }
+
+    // MARK: - Queries for the daemon
+
+    /// The client connection that `pid` belongs to: the connected process itself, a thread of it
+    /// (FUSE reports thread ids), or a descendant of it (e.g. the command that
+    /// `containerfs coordinate` runs inside its coordinated access). Nil for ordinary programs.
+    ///
+    /// Answers are cached for a second (the filesystem asks on every request; walking /proc is
+    /// not free), and the cache is dropped whenever a client connects or disconnects. If one
+    /// process holds several connections, the oldest one is its owner.
+    public func ownerOf(pid: pid_t) -> OwnerID? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let (owners, cached) = state.withLock { state -> ([pid_t: OwnerID], OwnerCacheEntry?) in
+            (state.ownersByPID.mapValues { $0.min()! }, state.ownerCache[pid])
+        }
+        guard !owners.isEmpty else { return nil }
+        if let cached, cached.expires > now { return cached.owner }
+        let owner = resolveOwner(pid, in: owners)
+        state.withLock { state in
+            if state.ownerCache.count > 4096 { state.ownerCache.removeAll() }
+            state.ownerCache[pid] = OwnerCacheEntry(owner: owner, expires: now + 1_000_000_000)
+        }
+        return owner
+    }
+
+    private func resolveOwner(_ pid: pid_t, in owners: [pid_t: OwnerID]) -> OwnerID? {
+        var current = pid
+        for _ in 0..<64 {
+            if let owner = owners[current] { return owner }
+            guard current > 1, let info = processInfo(current) else { return nil }
+            if info.tgid != current, let owner = owners[info.tgid] { return owner }
+            guard info.ppid > 0, info.ppid != current else { return nil }
+            current = info.ppid
+        }
+        return nil
+    }
+
+    /// The peer credentials of a connected client.
+    public func credentials(of owner: OwnerID) -> PeerCredentials? {
+        state.withLock { $0.connections[owner]?.credentials }
+    }
+
+    /// Connected clients, by owner id.
+    public func clients() -> [ClientStatus] {
+        let connections = state.withLock { Array($0.connections.values) }
+        return connections.map(\.statusRecord).sorted { $0.owner < $1.owner }
+    }
+
+    /// The engine's status plus clients and write sessions: what `statusReply` carries.
+    public func status() -> CoordinationStatus {
+        var status = engine.status()
+        status.clients = clients()
+        status.writeSessions = writeSessions.withLock { $0 }()
+        return status
+    }
+
+    /// The status as one peer may see it: root and the daemon's own user see everything; others
+    /// see only presenters, accesses, messages and write sessions of items they may read.
+    public func status(for peer: PeerCredentials) -> CoordinationStatus {
+        var status = status()
+        guard peer.userID != 0, peer.userID != getuid() else { return status }
+        let visible: (ItemPath) -> Bool = { self.mayAccess(peer, $0, false) }
+        status.presenters = status.presenters.filter { visible($0.path) }
+        status.accesses = status.accesses.filter { visible($0.path) }
+        let shown = Set(status.presenters.map(\.key))
+        status.pendingMessages = status.pendingMessages.filter { shown.contains($0.presenter) }
+        status.writeSessions = status.writeSessions?.filter { visible($0.path) }
+        return status
+    }
+
+    // MARK: - PresenterTransport
+
+    public func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
+        guard let connection = state.withLock({ $0.connections[presenter.owner] }) else { return }
+        connection.enqueue(.presenterMessage(.init(messageID: id, presenter: presenter.purpose, message: message)))
+    }
+
+    // MARK: - Internals
+
+    private func acceptPending(_ listenFD: Int32) {
+        while true {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                if errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED {
+                    log("control socket accept failed: errno \(errno)")
+                }
+                if errno == ECONNABORTED { continue }
+                return
+            }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            guard setNonBlocking(fd), let credentials = peerCredentials(fd) else {
+                close(fd)
+                continue
+            }
+            let connection = state.withLock { state -> Connection? in
+                guard !state.stopped, state.connections.count < maxClients else { return nil }
+                state.lastOwner += 1
+                let connection = Connection(owner: OwnerID(state.lastOwner), fd: fd, credentials: credentials,
+                                            server: self)
+                state.connections[connection.owner] = connection
+                state.ownersByPID[credentials.processID, default: []].insert(connection.owner)
+                state.ownerCache.removeAll()
+                return connection
+            }
+            guard let connection else {
+                log("control socket: refusing a client (pid \(credentials.processID)): too many clients")
+                close(fd)
+                continue
+            }
+            log("control client \(connection.owner) connected: pid \(credentials.processID) uid \(credentials.userID)")
+            connection.start()
+        }
+    }
+
+    /// Called once per connection, on its queue, when it closed.
+    fileprivate func connectionClosed(_ connection: Connection, reason: String) {
+        state.withLock { state in
+            state.connections.removeValue(forKey: connection.owner)
+            let pid = connection.credentials.processID
+            state.ownersByPID[pid]?.remove(connection.owner)
+            if state.ownersByPID[pid]?.isEmpty == true { state.ownersByPID.removeValue(forKey: pid) }
+            state.ownerCache.removeAll()
+        }
+        engine.disconnect(connection.owner)
+        log("control client \(connection.owner) disconnected: \(reason)")
+    }
+
+    fileprivate func handle(_ message: ControlMessage, from connection: Connection) {
+        let owner = connection.owner
+        switch message {
+        case .hello:
+            connection.fail(.protocolViolation, "hello was already sent")
+        case .addPresenter(let body):
+            guard mayAccess(connection.credentials, body.path, false) else {
+                log("control client \(owner): presenter \(body.presenter) refused on \(body.path)")
+                return connection.enqueue(.error(.init(code: .accessDenied,
+                                                       message: "presenter \(body.presenter): may not read \(body.path)")))
+            }
+            guard connection.presenters.contains(body.presenter)
+                    || connection.presenters.count < maxPresentersPerClient else {
+                return connection.enqueue(.error(.init(code: .limitExceeded,
+                                                       message: "at most \(maxPresentersPerClient) presenters per client")))
+            }
+            connection.presenters.insert(body.presenter)
+            engine.registry.add(PresenterKey(owner: owner, purpose: body.presenter), path: body.path)
+        case .removePresenter(let body):
+            connection.presenters.remove(body.presenter)
+            if engine.registry.remove(PresenterKey(owner: owner, purpose: body.presenter)) == nil {
+                connection.enqueue(.error(.init(code: .unknownPresenter, message: "no presenter \(body.presenter)")))
+            }
+        case .coordinate(let body):
+            coordinate(body, for: connection)
+        case .release(let body):
+            guard let entry = connection.requests.withLock({ $0.removeValue(forKey: body.requestID) }) else {
+                return connection.enqueue(.error(.init(code: .unknownRequest, message: "no request \(body.requestID)")))
+            }
+            switch entry {
+            case .granted(let ticket): engine.arbiter.release(ticket)
+            case .waiting(let ticket): engine.arbiter.cancel(ticket)
+            case .requesting: break
+            }
+        case .cancel(let body):
+            // Unknown ids are ignored: a cancel may cross a denial on the wire.
+            let entry = connection.requests.withLock { requests -> RequestEntry? in
+                guard let entry = requests[body.requestID] else { return nil }
+                if case .granted = entry { requests.removeValue(forKey: body.requestID) }
+                return entry
+            }
+            switch entry {
+            case .waiting(let ticket)?: engine.arbiter.cancel(ticket)   // answered by denied(cancelled)
+            case .granted(let ticket)?: engine.arbiter.release(ticket)
+            case .requesting?, nil: break
+            }
+        case .presenterReply(let body):
+            engine.messenger.receiveReply(body.messageID, from: owner, error: body.error)
+        case .statusRequest:
+            connection.enqueue(.statusReply(status(for: connection.credentials)))
+        case .helloReply, .granted, .denied, .presenterMessage, .statusReply, .error:
+            connection.fail(.protocolViolation, "\(message.type.rawValue) is sent by the daemon, not to it")
+        }
+    }
+
+    private func coordinate(_ body: ControlMessage.CoordinateRequest, for connection: Connection) {
+        let id = body.requestID
+        func deny(_ reason: ControlMessage.Denied.Reason, _ detail: String) {
+            connection.enqueue(.denied(.init(requestID: id, reason: reason, detail: detail)))
+        }
+        guard !body.accesses.isEmpty else { return deny(.invalidRequest, "no accesses") }
+        if let refused = body.accesses.first(where: { !mayAccess(connection.credentials, $0.path, $0.kind.isWrite) }) {
+            log("control client \(connection.owner): \(refused.kind.isWrite ? "write" : "read") of \(refused.path) refused")
+            return deny(.accessDenied, "may not \(refused.kind.isWrite ? "write" : "read") \(refused.path)")
+        }
+        let admission = connection.requests.withLock { requests -> String? in
+            guard requests[id] == nil else { return "request id \(id) is in use" }
+            guard requests.count < maxRequestsPerClient else {
+                return "at most \(maxRequestsPerClient) unreleased requests per client"
+            }
+            requests[id] = .requesting
+            return nil
+        }
+        if let admission { return deny(.invalidRequest, admission) }
+        let arbiter = engine.arbiter
+        let ticket = arbiter.request(body.accesses, owner: connection.owner, purpose: body.purpose,
+                                     timeout: body.timeout) { [weak connection] result in
+            switch result {
+            case .success(let grant):
+                let kept = connection?.requests.withLock { requests -> Bool in
+                    guard requests[id] != nil else { return false }
+                    requests[id] = .granted(grant.ticket)
+                    return true
+                } ?? false
+                // Released or cancelled while the grant was on its way, or the client is gone.
+                guard kept, let connection else { return arbiter.release(grant.ticket) }
+                connection.enqueue(.granted(.init(requestID: id)))
+            case .failure(let error):
+                _ = connection?.requests.withLock { $0.removeValue(forKey: id) }
+                connection?.enqueue(.denied(.init(requestID: id, reason: .init(error))))
+            }
+        }
+        connection.requests.withLock { requests in
+            if case .requesting? = requests[id] { requests[id] = .waiting(ticket) }
+        }
+    }
+
+    private func removeStaleSocket() throws(ControlServerError) {
+        var info = stat()
+        guard lstat(socketPath, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFSOCK else { throw .pathExists(socketPath) }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { throw .system(call: "socket", errno: errno) }
+        defer { close(probe) }
+        let live = withSocketAddress(socketPath) { address, length in connect(probe, address, length) == 0 }
+        if live { throw .addressInUse(socketPath) }
+        unlink(socketPath)
+    }
+
+    /// Thread group and parent of a process, from /proc/PID/status.
+    static let procProcessInfo: @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)? = { pid in
+        let fd = open("/proc/\(pid)/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        var tgid: pid_t?
+        var ppid: pid_t?
+        for line in bytes[..<count].split(separator: 0x0A) {
+            let text = String(decoding: line, as: UTF8.self)
+            func value(_ prefix: String) -> pid_t? {
+                guard text.hasPrefix(prefix) else { return nil }
+                return pid_t(String(text.dropFirst(prefix.count).filter { !$0.isWhitespace }))
+            }
+            if let value = value("Tgid:") { tgid = value }
+            if let value = value("PPid:") { ppid = value }
+        }
+        guard let tgid, let ppid else { return nil }
+        return (tgid, ppid)
+    }
+}
+
+private struct ServerState {
+    var listenSource: DispatchSourceRead?
+    var stopped = false
+    var lastOwner: UInt64 = 0
+    var connections: [OwnerID: Connection] = [:]
+    var ownersByPID: [pid_t: Set<OwnerID>] = [:]
+    var ownerCache: [pid_t: OwnerCacheEntry] = [:]
+}
+
+private struct OwnerCacheEntry {
+    let owner: OwnerID?
+    /// Monotonic nanoseconds.
+    let expires: UInt64
+}
+
+private struct WeakServer {
+    weak var server: ControlServer?
+}
+
+/// The engine's transport, made before the server exists; forwards to it.
+private final class TransportProxy: PresenterTransport, @unchecked Sendable {
+    let server = Locked(WeakServer())
+
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
+        server.withLock { $0.server }?.send(message, id: id, to: presenter)
+    }
+}
+
+private enum RequestEntry {
+    /// `Arbiter.request` has not returned yet.
+    case requesting
+    case waiting(AccessTicket)
+    case granted(AccessTicket)
+}
+
+/// One client. Socket, sources, frame reader and `greeted` belong to `queue`; the outgoing
+/// buffer and the request table are locked, since completions write to them from any thread.
+private final class Connection: @unchecked Sendable {
+    let owner: OwnerID
+    let fd: Int32
+    let credentials: PeerCredentials
+    let queue: DispatchQueue
+    let requests = Locked<[UInt64: RequestEntry]>([:])
+    /// Ids of this client's presenters; touched on `queue` only.
+    var presenters: Set<PurposeID> = []
+    private weak var server: ControlServer?
+    private let maxQueuedBytes: Int
+    private let helloTimeout: Duration
+    private let outgoing = Locked(Outgoing())
+    private let clientName = Locked<String?>(nil)
+
+    // Queue-confined.
+    private var readSource: DispatchSourceRead?
+    private var writeSource: DispatchSourceWrite?
+    private var writeSourceResumed = false
+    private var reader = FrameReader()
+    private var greeted = false
+    private var closed = false
+    private var closing = false
+    private var openSources = 0
+
+    private struct Outgoing {
+        var bytes: [UInt8] = []
+        var start = 0
+        var closed = false
+        var pendingCount: Int { bytes.count - start }
+    }
+
+    init(owner: OwnerID, fd: Int32, credentials: PeerCredentials, server: ControlServer) {
+        self.owner = owner
+        self.fd = fd
+        self.credentials = credentials
+        self.server = server
+        self.maxQueuedBytes = server.maxQueuedBytes
+        self.helloTimeout = server.helloTimeout
+        self.queue = DispatchQueue(label: "containerfs.control.client\(owner.rawValue)")
+    }
+
+    var statusRecord: ClientStatus {
+        ClientStatus(owner: owner, clientName: clientName.withLock { $0 }, processID: credentials.processID,
+                     userID: credentials.userID, groupID: credentials.groupID)
+    }
+
+    func start() {
+        queue.async { [self] in
+            guard !closed else { return }   // stopped before it started; close() closed the descriptor
+            let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            read.setEventHandler { [weak self] in self?.readAvailable() }
+            write.setEventHandler { [weak self] in self?.flush() }
+            let release: @Sendable () -> Void = { [self] in sourceCancelled() }
+            read.setCancelHandler(handler: release)
+            write.setCancelHandler(handler: release)
+            readSource = read
+            writeSource = write
+            openSources = 2
+            read.resume()
+            flush()
+            queue.asyncAfter(deadline: .now() + helloTimeout.dispatchInterval) { [weak self] in
+                guard let self, !greeted, !closed else { return }
+                fail(.protocolViolation, "no hello in time")
+            }
+        }
+    }
+
+    /// Queues a frame for the client. Never blocks; a client that lets more than the limit pile
+    /// up is disconnected.
+    func enqueue(_ message: ControlMessage) {
+        let frame: [UInt8]
+        do {
+            frame = try ControlCodec.encode(message)
+        } catch {
+            if case .statusReply = message {
+                return enqueue(.error(.init(code: .internalError, message: "status too large to send")))
+            }
+            return
+        }
+        let accepted = outgoing.withLock { out -> Bool? in
+            guard !out.closed else { return nil }
+            guard out.pendingCount + frame.count <= maxQueuedBytes else {
+                out.closed = true
+                return false
+            }
+            out.bytes.append(contentsOf: frame)
+            return true
+        }
+        switch accepted {
+        case true?: queue.async { [self] in flush() }
+        case false?: queue.async { [self] in close(reason: "outgoing queue overflow (client does not read)") }
+        case nil: break
+        }
+    }
+
+    /// Sends an error and closes: the error is written if the socket takes it now.
+    func fail(_ code: ControlMessage.ControlError.Code, _ message: String) {
+        guard !closing else { return }
+        server?.logLine("control client \(owner): \(code.rawValue): \(message)")
+        enqueue(.error(.init(code: code, message: message)))
+        closing = true
+        readSource?.suspend()   // read no more; balanced in close()
+        flush()
+        if outgoing.withLock({ $0.pendingCount }) == 0 {
+            close(reason: "\(code.rawValue): \(message)")
+        } else {
+            queue.asyncAfter(deadline: .now() + .milliseconds(200)) { [self] in
+                close(reason: "\(code.rawValue): \(message)")
+            }
+        }
+    }
+
+    func close(reason: String) {
+        guard !closed else { return }
+        closed = true
+        outgoing.withLock { $0.closed = true; $0.bytes = []; $0.start = 0 }
+        if closing { readSource?.resume() }
+        readSource?.cancel()
+        if let writeSource {
+            if !writeSourceResumed { writeSource.resume() }
+            writeSource.cancel()
+        }
+        if readSource == nil && writeSource == nil { Glibc.close(fd) }
+        server?.connectionClosed(self, reason: reason)
+    }
+
+    private func sourceCancelled() {
+        openSources -= 1
+        if openSources == 0 { Glibc.close(fd) }
+    }
+
+    private func readAvailable() {
+        guard !closed, !closing else { return }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        // A few reads per event at most, so one chatty client cannot hog the queue's thread.
+        for _ in 0..<4 {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if count > 0 {
+                reader.append(buffer[..<count])
+                processFrames()
+                if closed || closing { return }
+            } else if count == 0 {
+                return close(reason: "end of stream")
+            } else if errno == EINTR {
+                continue
+            } else if errno == EAGAIN || errno == EWOULDBLOCK {
+                return
+            } else {
+                return close(reason: "read failed: errno \(errno)")
+            }
+        }
+    }
+
+    private func processFrames() {
+        while !closed, !closing {
+            let message: ControlMessage
+            do {
+                guard let next = try reader.next() else { return }
+                message = next
+            } catch {
+                switch error {
+                case .unsupportedVersion(let version):
+                    return fail(.unsupportedVersion, "protocol version \(version) is not supported; this daemon speaks \(ControlCodec.protocolVersion)")
+                default:
+                    return fail(.malformedMessage, "\(error)")
+                }
+            }
+            guard greeted else {
+                guard case .hello(let hello) = message else {
+                    return fail(.protocolViolation, "the first message must be hello")
+                }
+                greeted = true
+                clientName.withLock { $0 = hello.clientName }
+                enqueue(.helloReply(.init(clientID: owner)))
+                continue
+            }
+            server?.handle(message, from: self)
+        }
+    }
+
+    private func flush() {
+        guard !closed else { return }
+        var failure: Int32?
+        let pending = outgoing.withLock { out -> Int in
+            while out.pendingCount > 0 {
+                let sent = out.bytes[out.start...].withUnsafeBytes {
+                    Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                }
+                if sent > 0 {
+                    out.start += sent
+                } else if sent < 0 && errno == EINTR {
+                    continue
+                } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    break
+                } else {
+                    failure = errno
+                    break
+                }
+            }
+            if out.pendingCount == 0 {
+                out.bytes.removeAll(keepingCapacity: out.bytes.count < 65536)
+                out.start = 0
+            } else if out.start > 65536 {
+                out.bytes.removeFirst(out.start)
+                out.start = 0
+            }
+            return out.pendingCount
+        }
+        if let failure { return close(reason: "write failed: errno \(failure)") }
+        // Watch for writability only while something waits to be written.
+        if pending > 0, !writeSourceResumed, let writeSource {
+            writeSource.resume()
+            writeSourceResumed = true
+        } else if pending == 0, writeSourceResumed, let writeSource {
+            writeSource.suspend()
+            writeSourceResumed = false
+        }
+    }
+}
+
+extension ControlServer {
+    fileprivate func logLine(_ line: String) { log(line) }
+}
+
+private func setNonBlocking(_ fd: Int32) -> Bool {
+    let flags = fcntl(fd, F_GETFL)
+    return flags >= 0 && fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0
+}
+
+private func peerCredentials(_ fd: Int32) -> PeerCredentials? {
+    // struct ucred { pid_t pid; uid_t uid; gid_t gid; } (Glibc hides it behind _GNU_SOURCE).
+    var credentials: (Int32, UInt32, UInt32) = (0, 0, 0)
+    var length = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+    let soPeerCred: Int32 = 17
+    guard getsockopt(fd, SOL_SOCKET, soPeerCred, &credentials, &length) == 0 else { return nil }
+    return PeerCredentials(processID: credentials.0, userID: credentials.1, groupID: credentials.2)
+}
+
+/// Runs `body` with a `sockaddr_un` for `path`.
+func withSocketAddress<Result, Failure: Error>(
+    _ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) throws(Failure) -> Result
+) throws(Failure) -> Result where Failure: Error {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    let capacity = MemoryLayout.size(ofValue: address.sun_path)
+    precondition(bytes.count < capacity, "checked by callers")
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        for (index, byte) in bytes.enumerated() { raw[index] = byte }
+        raw[bytes.count] = 0
+    }
+    let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + 1)
+    return try withUnsafePointer(to: &address) { pointer throws(Failure) -> Result in
+        try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address throws(Failure) -> Result in
+            try body(address, length)
+        }
+    }
+}
+
+/// Whether `path` fits in a `sockaddr_un`.
+public func isValidSocketPath(_ path: String) -> Bool {
+    let capacity = MemoryLayout.size(ofValue: sockaddr_un().sun_path)
+    return !path.utf8.isEmpty && path.utf8.count < capacity && !path.utf8.contains(0)
+}

@@ -1,0 +1,121 @@
+import ArgumentParser
+import Coordination
+import FileCoordination
+import Foundation
+
+struct StatusCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show a mount's coordination state: clients, presenters, accesses, write sessions.",
+        discussion: """
+        Asks the mount's daemon over its control socket. Lists connected clients (pid, uid), presenters
+        (unresponsive ones marked), active and waiting coordinated accesses, messages waiting for a
+        presenter's answer, and open write sessions. --json prints the daemon's status reply as JSON
+        (paths as lists of names, as in docs/control-protocol.md).
+        """
+    )
+
+    @Flag(help: "Print JSON.") var json = false
+    @Option(help: ArgumentHelp("Ask this control socket instead of finding it from the mount point.", valueName: "path"))
+    var socket: String?
+    @Argument(help: "The mount point (or any item in the mount).") var mountPoint: String?
+
+    func validate() throws {
+        guard (mountPoint == nil) != (socket == nil) else {
+            throw ValidationError("Give the mount point, or --socket PATH.")
+        }
+    }
+
+    func run() throws {
+        let location: MountLocation
+        if let socket {
+            location = MountLocation(socketPath: socket, itemPath: .root, mountRoot: nil)
+        } else {
+            let mountPoint = self.mountPoint!
+            guard let found = MountLocator().locate(URL(fileURLWithPath: mountPoint).standardizedFileURL) else {
+                printError("\(mountPoint) is not in a ContainerFS mount (it has no \(MountLocator.socketAttribute) attribute).")
+                throw ExitCode(1)
+            }
+            location = found
+        }
+        let status: CoordinationStatus
+        let me: OwnerID
+        do {
+            let client = try ControlClient(socketPath: location.socketPath, clientName: "containerfs status")
+            defer { client.close() }
+            me = client.clientID
+            status = try client.status()
+        } catch {
+            printError("containerfs status: \(error)")
+            throw ExitCode(1)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(status), as: UTF8.self))
+        } else {
+            print(StatusReport(status: status, excluding: me, mountRoot: location.mountRoot).text, terminator: "")
+        }
+    }
+}
+
+/// The human-readable status.
+struct StatusReport {
+    let status: CoordinationStatus
+    let excluding: OwnerID?
+    let mountRoot: String?
+
+    private func show(_ path: ItemPath) -> String {
+        guard let mountRoot else { return path.description }
+        return path.isRoot ? mountRoot : mountRoot + "/" + path.description
+    }
+
+    private func client(_ owner: OwnerID) -> String {
+        if owner == .ordinaryPrograms { return "filesystem" }
+        guard let record = status.clients?.first(where: { $0.owner == owner }) else { return "client \(owner.rawValue)" }
+        return "client \(owner.rawValue) (pid \(record.processID))"
+    }
+
+    var text: String {
+        var lines: [String] = []
+        let clients = (status.clients ?? []).filter { $0.owner != excluding }
+        lines.append("Clients: \(clients.count)")
+        for record in clients {
+            lines.append("  \(record.owner.rawValue)  pid \(record.processID)  uid \(record.userID)  \(record.clientName ?? "")")
+        }
+        lines.append("Presenters: \(status.presenters.count)")
+        for presenter in status.presenters {
+            let mark = presenter.isUnresponsive ? "  UNRESPONSIVE" : ""
+            lines.append("  \(show(presenter.path))  \(client(presenter.owner))  \(presenter.purpose)\(mark)")
+        }
+        let active = status.accesses.filter { $0.state == .active }
+        let waiting = status.accesses.filter { $0.state == .waiting }
+        for (title, accesses) in [("Active accesses", active), ("Waiting accesses", waiting)] {
+            lines.append("\(title): \(accesses.count)")
+            for access in accesses {
+                let options = access.kind.optionNames
+                let kind = (access.kind.isWrite ? "write" : "read") + (options.isEmpty ? "" : " (\(options.joined(separator: ", ")))")
+                lines.append("  \(kind)  \(show(access.path))  \(client(access.owner))  ticket \(access.ticket.rawValue)")
+            }
+        }
+        lines.append("Messages awaiting an answer: \(status.pendingMessages.count)")
+        for pending in status.pendingMessages {
+            lines.append("  \(pending.message.name) to \(client(pending.presenter.owner)) \(pending.presenter.purpose)")
+        }
+        let sessions = status.writeSessions ?? []
+        lines.append("Write sessions: \(status.writeSessions == nil ? "not reported by this daemon" : String(sessions.count))")
+        for session in sessions {
+            var line = "  \(show(session.path))"
+            if !session.processIDs.isEmpty { line += "  pids \(session.processIDs.map(String.init).joined(separator: ","))" }
+            if let bytes = session.shadowBytes { line += "  \(bytes) bytes written" }
+            if session.inPlace { line += "  in place" }
+            lines.append(line)
+        }
+        let unresponsive = status.unresponsivePresenters
+        lines.append("Unresponsive presenters: \(unresponsive.count)")
+        for presenter in unresponsive {
+            lines.append("  \(show(presenter.path))  \(client(presenter.owner))  \(presenter.purpose)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}
