@@ -12,7 +12,7 @@ extension ContainerFileSystem {
         let denied = Policy.changeMetadata(node.zone)
         guard denied == 0 else { return request.reply(error: denied) }
         // No race-free way to reach a symlink's own attributes; Linux allows user ones on none anyway.
-        guard !node.isSymlink else { return request.reply(error: EPERM) }
+        guard !node.isSymlink, virtualAttribute(name, of: node) == nil else { return request.reply(error: EPERM) }
         let ownedName = OwnedName(FileName(name))
         let ownedValue = Array(value)
         changeAttributes(of: node, request) { path in
@@ -37,8 +37,26 @@ extension ContainerFileSystem {
         }
     }
 
+    /// Read-only attributes every item has, by which clients find the control socket and the
+    /// item's path from the mount root (docs/client-library.md).
+    static let controlSocketAttribute = "user.containerfs.control-socket"
+    static let pathAttribute = "user.containerfs.path"
+
+    /// The value of a virtual attribute for `node`, or nil when `name` names none.
+    private func virtualAttribute(_ name: UnsafePointer<CChar>, of node: Node) -> [UInt8]? {
+        guard strncmp(name, "user.containerfs.", 17) == 0 else { return nil }
+        if strcmp(name, ContainerFileSystem.controlSocketAttribute) == 0 { return controlSocketPath }
+        if strcmp(name, ContainerFileSystem.pathAttribute) == 0 { return nodes.itemPath(of: node).bytes }
+        return nil
+    }
+
     public func getxattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>, size: Int) {
         let node = nodes.node(inode)
+        if let value = virtualAttribute(name, of: node) {
+            guard size > 0 else { return request.reply(extendedAttributeSize: value.count) }
+            guard size >= value.count else { return request.reply(error: ERANGE) }
+            return value.withUnsafeBytes { request.reply(buffer: $0) }
+        }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
         replyAttributeData(request, size: size) { buffer, capacity in
             Backing.withProcPath(node.descriptor) { clinux_getxattr($0, name, buffer, capacity) }
@@ -56,7 +74,7 @@ extension ContainerFileSystem {
     }
 
     /// The two shapes of an xattr answer: the size alone when asked with size 0, else the bytes.
-    private func replyAttributeData(_ request: FuseRequest, size: Int,
+    func replyAttributeData(_ request: FuseRequest, size: Int,
                                     _ fetch: (UnsafeMutableRawPointer?, Int) -> Int) {
         guard size > 0 else {
             let needed = fetch(nil, 0)
@@ -73,7 +91,7 @@ extension ContainerFileSystem {
         let node = nodes.node(inode)
         let denied = Policy.changeMetadata(node.zone)
         guard denied == 0 else { return request.reply(error: denied) }
-        guard !node.isSymlink else { return request.reply(error: EPERM) }
+        guard !node.isSymlink, virtualAttribute(name, of: node) == nil else { return request.reply(error: EPERM) }
         let ownedName = OwnedName(FileName(name))
         changeAttributes(of: node, request) { path in ownedName.withPointer { clinux_removexattr(path, $0) } }
     }

@@ -26,6 +26,8 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     let rootApp: String?
     let coordination: MountCoordination
     let shadows: Shadows
+    /// The control socket's path, which every item tells clients in an extended attribute.
+    public var controlSocketPath: [UInt8] = []
 
     /// `rootDescriptor` is an `O_PATH` descriptor on the directory shown at the mount point, whose
     /// zone is `.mountRoot` (a whole store) or `.containerRoot` (one app).

@@ -21,6 +21,8 @@ public struct MountConfiguration {
     public var purgeThreshold: UInt64?
     /// How often to check free space, in seconds.
     public var purgeInterval: Double = 5
+    /// How long a presenter has to answer each message before it is marked unresponsive.
+    public var presenterTimeout: Duration = .seconds(2)
 
     public init(store: Store, app: AppID?, mountPoint: String) {
         self.store = store
@@ -55,13 +57,33 @@ public enum Daemon {
         defer { close(lease) }
         let shadowDirectory = try prepareShadowDirectory(in: store)
         defer { close(shadowDirectory) }
-        let coordination = MountCoordination(engine: CoordinationEngine(transport: NoPresenterTransport()))
+        let socketPath = try ControlSocket.path(for: getpid())
+        let served = FileSystemReference()
+        let server = ControlServer(
+            socketPath: socketPath,
+            mayAccess: { peer, path, write in served.fileSystem?.mayAccess(peer, path, write: write) ?? false },
+            writeSessions: { served.fileSystem?.writeSessionStatuses() ?? [] },
+            log: { message in logger.info("\(message)") }
+        ) { transport in
+            CoordinationEngine(transport: transport, replyTimeout: configuration.presenterTimeout) { presenter, message in
+                logger.warning("presenter did not answer in time; marked unresponsive", metadata: [
+                    "presenter": "\(presenter)", "message": "\(message.name)"])
+            }
+        }
+        do { try server.start() } catch {
+            throw ContainerError("cannot open the control socket \(socketPath): \(error)")
+        }
+        defer { server.stop() }
+        let coordination = MountCoordination(engine: server.engine)
+        coordination.clientOf = { server.ownerOf(pid: $0) }
         let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
                                                  rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
                                                  rootApp: configuration.app,
                                                  seals: checkSeals(apps, of: store, logger: logger),
                                                  coordination: coordination, shadowDirectory: shadowDirectory)
 
+        fileSystem.controlSocketPath = Array(socketPath.utf8)
+        served.fileSystem = fileSystem
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
@@ -153,5 +175,34 @@ public enum Daemon {
             for standard: Int32 in 0...2 { dup2(null, standard) }
             close(null)
         }
+    }
+}
+
+/// Lets the control server's closures reach the filesystem made after it.
+private final class FileSystemReference: @unchecked Sendable {
+    weak var fileSystem: ContainerFileSystem?
+}
+
+/// Where a daemon's control socket lives: /run/containerfs for root, else the user's runtime directory.
+enum ControlSocket {
+    static func path(for pid: pid_t) throws -> String {
+        let environment = ProcessInfo.processInfo.environment
+        let directory: String
+        if geteuid() == 0 {
+            directory = "/run/containerfs"
+        } else if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            directory = runtime + "/containerfs"
+        } else {
+            directory = "/tmp/containerfs-\(geteuid())"
+        }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o755])
+        // Sockets left by daemons that were killed.
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasSuffix(".sock") {
+            if let owner = pid_t(name.dropLast(5)), kill(owner, 0) != 0, errno == ESRCH {
+                unlink(directory + "/" + name)
+            }
+        }
+        return directory + "/\(pid).sock"
     }
 }

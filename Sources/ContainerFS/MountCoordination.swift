@@ -68,8 +68,3 @@ struct OwnedName: @unchecked Sendable {
         storage.dropLast().withUnsafeBytes { ArraySlice($0.bindMemory(to: UInt8.self)) }
     }
 }
-
-/// Presenters reach the daemon through the control socket; without one there are none to send to.
-final class NoPresenterTransport: PresenterTransport, @unchecked Sendable {
-    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {}
-}

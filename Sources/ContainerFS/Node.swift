@@ -250,4 +250,7 @@ final class NodeTable {
     }
 
     var count: Int { state.withLock { $0.nodes.count } }
+
+    /// Every node in the index now.
+    func all() -> [Node] { state.withLock { Array($0.nodes.values) } }
 }

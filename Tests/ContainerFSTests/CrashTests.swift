@@ -52,6 +52,8 @@ final class CrashTests: MountedTestCase {
         XCTAssertGreaterThan(rewritten, 0, "the writers had published something before the crash")
         XCTAssertFalse(FileManager.default.fileExists(atPath: mounted.store.workPath + "/shadows/\(deadDaemon)"),
                        "the dead daemon's shadows are removed at the next mount")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "/run/containerfs/\(deadDaemon).sock"),
+                       "and so is its control socket")
         print("crash test: \(files) files checked, \(rewritten) new, \(files - rewritten) old, 0 torn")
     }
 }

@@ -12,7 +12,8 @@ struct Mount: ParsableCommand {
         Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
         -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID, and
         purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
-        below SIZE; checked every purge_interval=SECONDS, default 5). The options
+        below SIZE; checked every purge_interval=SECONDS, default 5), and presenter_timeout=SECONDS
+        (how long a presenter may take to answer, default 2). The options
         mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, user, _netdev, x-systemd.*) are ignored.
         """
     )
@@ -63,6 +64,7 @@ struct Mount: ParsableCommand {
         configuration.readinessDescriptor = readyFD
         configuration.purgeThreshold = parsed.purgeBelow
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
+        if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
         try Daemon.run(configuration, logger: Logger(label: "containerfs"))
     }
 }
@@ -72,6 +74,7 @@ struct MountOptions {
     var app: String?
     var purgeBelow: UInt64?
     var purgeInterval: Double?
+    var presenterTimeout: Double?
     var fuseOptions: [String] = []
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE daemon.
@@ -87,6 +90,11 @@ struct MountOptions {
                     throw ValidationError("purge_below takes a size such as 500M or 2G, not '\(option.dropFirst(12))'.")
                 }
                 purgeBelow = bytes
+            } else if option.hasPrefix("presenter_timeout=") {
+                guard let seconds = Double(option.dropFirst(18)), seconds > 0 else {
+                    throw ValidationError("presenter_timeout takes a number of seconds, such as 2.")
+                }
+                presenterTimeout = seconds
             } else if option.hasPrefix("purge_interval=") {
                 guard let seconds = Double(option.dropFirst(15)), seconds > 0 else {
                     throw ValidationError("purge_interval takes a number of seconds, such as 5.")

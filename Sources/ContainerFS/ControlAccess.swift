@@ -1,0 +1,50 @@
+import Containers
+import Coordination
+import Glibc
+
+// What the control server asks of the filesystem: who may present or coordinate an item, and
+// which write sessions run.
+extension ContainerFileSystem {
+    /// Whether a client's user may read (or write) the item at `path`, judged by the mode bits of
+    /// the item, or of its nearest existing directory for an item not made yet, and by policy.
+    public func mayAccess(_ peer: PeerCredentials, _ path: ItemPath, write: Bool) -> Bool {
+        var directory = nodes.root.descriptor
+        var opened: [Int32] = []
+        defer { opened.forEach { close($0) } }
+        var zone = nodes.root.zone
+        var attributes = stat()
+        guard fstatat(directory, "", &attributes, AT_EMPTY_PATH) == 0 else { return false }
+        for component in path.components {
+            let next = Backing.withCName(component.bytes) { openat(directory, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+            guard next >= 0 else { break }
+            opened.append(next)
+            directory = next
+            zone = zone.child(named: component.bytes.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })
+            guard fstatat(next, "", &attributes, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return false }
+        }
+        if write, Policy.write(zone) != 0, Policy.create(in: zone) != 0 { return false }
+        return Self.permits(attributes, uid: peer.userID, gid: peer.groupID, write: write)
+    }
+
+    /// The classic owner, group, other check; root may do anything.
+    static func permits(_ attributes: stat, uid: uid_t, gid: gid_t, write: Bool) -> Bool {
+        if uid == 0 { return true }
+        let wanted: mode_t = write ? 0o2 : 0o4
+        let shift: mode_t = attributes.st_uid == uid ? 6 : attributes.st_gid == gid ? 3 : 0
+        return (attributes.st_mode >> shift) & wanted != 0
+    }
+
+    /// The write sessions running now, for `containerfs status`.
+    public func writeSessionStatuses() -> [WriteSessionStatus] {
+        nodes.all().compactMap { node in
+            guard node.isRegularFile else { return nil }
+            let shadowBytes: UInt64?? = node.session.withLock { session in
+                guard let session else { return nil }
+                var attributes = stat()
+                return .some(session.shadow >= 0 && fstat(session.shadow, &attributes) == 0 ? UInt64(attributes.st_size) : nil)
+            }
+            guard let bytes = shadowBytes else { return nil }
+            return WriteSessionStatus(path: nodes.itemPath(of: node), shadowBytes: bytes, inPlace: false)
+        }
+    }
+}

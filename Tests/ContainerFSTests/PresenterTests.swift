@@ -1,0 +1,177 @@
+import Containers
+import Foundation
+import Glibc
+import XCTest
+
+/// A presenter in another process (`containerfs watch --json`) hears, in order, what ordinary
+/// programs do through the mount (container-semantics.md, section 3.2).
+final class PresenterTests: MountedTestCase {
+    /// A running `containerfs watch --json` and the events it printed so far.
+    final class Watcher {
+        let process = Process()
+        private let output = Pipe()
+        private var buffer = Data()
+
+        init(_ paths: [String], extra: [String] = []) throws {
+            process.executableURL = URL(fileURLWithPath: MountedStore.executable)
+            process.arguments = ["watch", "--json"] + extra + paths
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+        }
+
+        /// Events as (event, path, newPath) with paths as printed, read until `count` arrived or time ran out.
+        func events(atLeast count: Int, within seconds: Double = 10) -> [[String: String]] {
+            let deadline = Date().addingTimeInterval(seconds)
+            var parsed: [[String: String]] = []
+            let handle = output.fileHandleForReading
+            let flags = fcntl(handle.fileDescriptor, F_GETFL)
+            _ = fcntl(handle.fileDescriptor, F_SETFL, flags | O_NONBLOCK)
+            while Date() < deadline {
+                var chunk = [UInt8](repeating: 0, count: 65536)
+                let got = read(handle.fileDescriptor, &chunk, chunk.count)
+                if got > 0 { buffer.append(contentsOf: chunk[0..<got]) }
+                parsed = String(decoding: buffer, as: UTF8.self).split(separator: "\n").compactMap { line in
+                    (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: String]
+                }
+                if parsed.count >= count { break }
+                usleep(20_000)
+            }
+            return parsed
+        }
+
+        func stop() {
+            if process.isRunning { process.terminate() }
+            process.waitUntilExit()
+        }
+
+        deinit { stop() }
+    }
+
+    /// Starts a watcher and waits until the daemon lists its presenters.
+    func watch(_ paths: [String], extra: [String] = []) throws -> Watcher {
+        let watcher = try Watcher(paths.map { home + "/" + $0 }, extra: extra)
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let status = Shell.run("\(Shell.quote(MountedStore.executable)) status --json \(Shell.quote(mounted.mountPoint))").output
+            if status.components(separatedBy: "\"presenters\"").count > 1,
+               paths.allSatisfy({ status.contains($0.split(separator: "/").last.map(String.init) ?? $0) }) { break }
+            usleep(50_000)
+        }
+        return watcher
+    }
+
+    private func names(_ events: [[String: String]], under prefix: String = "") -> [String] {
+        events.map { event in
+            let path = (event["path"] ?? "").replacingOccurrences(of: home + "/", with: "")
+            return "\(event["event"]!) \(path)"
+        }
+    }
+
+    override func tearDown() {
+        super.tearDown()
+    }
+
+    func testEditorSaveIsADidChangeNotADeletion() throws {
+        let watcher = try watch(["Documents/hello.txt"])
+        // vim-style: write a new file, rename it over the original.
+        sh("printf 'saved by editor\\n' > Documents/.hello.swp && mv Documents/.hello.swp Documents/hello.txt")
+        let heard = names(watcher.events(atLeast: 3))
+        XCTAssertEqual(Array(heard.prefix(3)), [
+            "relinquishPresentedItemToWriter Documents/hello.txt",
+            "presentedItemDidChange Documents/hello.txt",
+            "reacquirePresentedItem Documents/hello.txt",
+        ])
+        XCTAssertFalse(heard.contains { $0.hasPrefix("accommodatePresentedItemDeletion") })
+    }
+
+    func testSedInPlaceAndReadingMakeThePresenterSaveFirst() throws {
+        let watcher = try watch(["Documents/hello.txt"])
+        sh("cat Documents/hello.txt > /dev/null")
+        XCTAssertEqual(names(watcher.events(atLeast: 3)), [
+            "relinquishPresentedItemToReader Documents/hello.txt",
+            "savePresentedItemChanges Documents/hello.txt",
+            "reacquirePresentedItem Documents/hello.txt",
+        ])
+        sh("sed -i 's/hello/goodbye/' Documents/hello.txt")
+        let heard = names(watcher.events(atLeast: 9))
+        XCTAssertEqual(Array(heard.dropFirst(3).prefix(6)), [
+            "relinquishPresentedItemToReader Documents/hello.txt",
+            "savePresentedItemChanges Documents/hello.txt",
+            "reacquirePresentedItem Documents/hello.txt",
+            "relinquishPresentedItemToWriter Documents/hello.txt",
+            "presentedItemDidChange Documents/hello.txt",
+            "reacquirePresentedItem Documents/hello.txt",
+        ])
+    }
+
+    func testMovingAParentDirectoryMovesThePresentedItem() throws {
+        sh("mkdir -p Documents/Project/Notes && echo x > Documents/Project/Notes/todo.txt")
+        let watcher = try watch(["Documents/Project/Notes/todo.txt"])
+        sh("mv Documents/Project Documents/Renamed")
+        // Moving is a write: the presenter lets go first, then hears where its item went.
+        let heard = watcher.events(atLeast: 3)
+        XCTAssertEqual(heard.first?["event"], "relinquishPresentedItemToWriter")
+        let moved = heard.first { $0["event"] == "presentedItemDidMove" }
+        XCTAssertEqual(moved?["event"], "presentedItemDidMove")
+        XCTAssertEqual(moved?["newPath"], home + "/Documents/Renamed/Notes/todo.txt")
+        // The presenter follows the item: a change at its new place reaches it.
+        sh("echo y >> Documents/Renamed/Notes/todo.txt")
+        XCTAssertTrue(names(watcher.events(atLeast: 5)).contains("presentedItemDidChange Documents/Renamed/Notes/todo.txt"))
+    }
+
+    func testRemovingATreeAsksItsPresentersToAccommodate() throws {
+        sh("mkdir -p Documents/Old/Sub && echo x > Documents/Old/Sub/file.txt")
+        let watcher = try watch(["Documents/Old/Sub/file.txt", "Documents"])
+        sh("rm -r Documents/Old")
+        let heard = names(watcher.events(atLeast: 2))
+        XCTAssertTrue(heard.contains("accommodatePresentedItemDeletion Documents/Old/Sub/file.txt"), "\(heard)")
+        XCTAssertTrue(heard.contains("accommodatePresentedSubitemDeletion Documents/Old"), "\(heard)")
+    }
+
+    func testCopyOverAFileIsAWrite() throws {
+        sh("echo other > Documents/other.txt")
+        let watcher = try watch(["Documents/hello.txt"])
+        sh("cp Documents/other.txt Documents/hello.txt")
+        XCTAssertEqual(names(watcher.events(atLeast: 3)), [
+            "relinquishPresentedItemToWriter Documents/hello.txt",
+            "presentedItemDidChange Documents/hello.txt",
+            "reacquirePresentedItem Documents/hello.txt",
+        ])
+    }
+
+    func testAPresenterThatNeverAnswersDelaysNoLongerThanTheTimeout() throws {
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "presenter_timeout=1"])
+        let watcher = try watch(["Documents/hello.txt"], extra: ["--on-save", "sleep 60"])
+        let started = Date()
+        XCTAssertEqual(sh("cat Documents/hello.txt"), "hello\n")
+        let waited = Date().timeIntervalSince(started)
+        XCTAssertLessThan(waited, 20, "a presenter that never answers must not hang a reader")
+        let status = Shell.run("\(Shell.quote(MountedStore.executable)) status \(Shell.quote(mounted.mountPoint))").output
+        XCTAssertTrue(status.contains("Unresponsive presenters: 1"), status)
+        watcher.stop()
+    }
+
+    func testDeliveriesWhileMountedReachTheInboxPresenters() throws {
+        let watcher = try watch(["Documents/Inbox"])
+        let file = mounted.root.appendingPathComponent("report.pdf").path
+        FileManager.default.createFile(atPath: file, contents: Data("%PDF-1.4\n".utf8))
+        let delivered = Shell.run("\(Shell.quote(MountedStore.executable)) deliver \(Shell.quote(mounted.store.root)) \(SampleApps.notes) \(Shell.quote(file))")
+        XCTAssertEqual(delivered.status, 0, delivered.error)
+        XCTAssertEqual(names(watcher.events(atLeast: 1)).first, "presentedSubitemDidAppear Documents/Inbox/report.pdf")
+        XCTAssertEqual(sh("cat Documents/Inbox/report.pdf"), "%PDF-1.4\n")
+    }
+
+    func testCoordinatedWriteOfAClientHoldsOffOrdinaryReaders() throws {
+        // `containerfs coordinate --write` holds the file; a reader waits until the command ends.
+        let script = "\(Shell.quote(MountedStore.executable)) coordinate --write Documents/hello.txt -- sh -c 'sleep 1; echo coordinated > Documents/hello.txt' & sleep 0.3; cat Documents/hello.txt; wait"
+        XCTAssertEqual(sh(script), "coordinated\n")
+    }
+
+    func testTheExampleAppRunsOnTheMount() {
+        let result = Shell.run("mkdir Documents/Notes && \(Shell.quote(MountedStore.executable)) example-notes --add 'first note' --once Documents/Notes", in: home)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertFalse(sh("ls Documents/Notes").isEmpty)
+    }
+}
