@@ -181,7 +181,17 @@ extension ContainerFileSystem {
         var written = 0
         let error = withDescriptor(of: handle, writer: file.lockOwner) { written = cfuse_write_buf_to_fd(data, $0, offset) }
         if error != 0 { return request.reply(error: error) }
-        written < 0 ? request.reply(error: Int32(-written)) : request.reply(written: written)
+        guard written >= 0 else {
+            failSession(of: handle, with: Int32(-written))
+            return request.reply(error: Int32(-written))
+        }
+        request.reply(written: written)
+    }
+
+    /// A write that failed (a full disk) spoils the session's shadow: none of it is published.
+    private func failSession(of handle: OpenFile, with error: Int32) {
+        guard handle.writesThroughSession else { return }
+        handle.node.session.withLock { if let session = $0 { shadows.fail(session, with: error) } }
     }
 
     /// Every close publishes (flush is synchronous with close(2), release is not), so that a program
@@ -189,8 +199,10 @@ extension ContainerFileSystem {
     public func flush(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
         guard handle.writesThroughSession else { return request.replySuccess() }
+        // Only the closes of the process that wrote publish. A shell's redirection closes its first
+        // descriptor before anything is written; a truncation alone is published at release.
         let writer = handle.node.session.withLock { $0?.lastWriter ?? 0 }
-        guard writer == 0 || writer == file.lockOwner else { return request.replySuccess() }
+        guard writer != 0, writer == file.lockOwner else { return request.replySuccess() }
         if ProcessState.isDyingFromSignal(request.caller.pid) {
             // A writer killed mid-session leaves the previous version.
             handle.node.session.withLock { if let session = $0 { shadows.discard(session) } }
@@ -215,7 +227,7 @@ extension ContainerFileSystem {
     /// write, so presenters hear "did change" once the change is there to read.
     private func publish(_ node: Node, durably: Bool) -> (Int32, Bool) {
         node.session.withLock { current in
-            guard let session = current, session.dirty else { return (0, false) }
+            guard let session = current, session.dirty || session.failure != 0 else { return (0, false) }
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
             session.access = nil
@@ -248,9 +260,11 @@ extension ContainerFileSystem {
         let denied = Policy.write(nodes.node(inode).zone)
         guard denied == 0 else { return request.reply(error: denied) }
         var result: Int32 = 0
-        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self), writer: file.lockOwner) {
+        let handle = Handle.get(file, as: OpenFile.self)
+        let error = withDescriptor(of: handle, writer: file.lockOwner) {
             result = Backing.check(clinux_fallocate($0, mode, offset, length))
         }
+        if result == ENOSPC { failSession(of: handle, with: result) }
         request.reply(error: error != 0 ? error : result)
     }
 

@@ -34,6 +34,7 @@ public struct MountConfiguration {
 /// Mounts a store, serves it until unmounted or signalled, and takes the mount down cleanly.
 public enum Daemon {
     public static func run(_ configuration: MountConfiguration, logger: Logger) throws {
+        raiseOpenFileLimit()
         try Preflight.checkFuseDevice()
         if geteuid() != 0 { try Preflight.checkFusermount() }
         let mountPoint = Store.absolute(configuration.mountPoint)
@@ -108,6 +109,14 @@ public enum Daemon {
         guard status == 0 || [SIGINT, SIGTERM, SIGHUP].contains(status) else {
             throw ContainerError("the FUSE session ended with an error (\(status)).")
         }
+    }
+
+    /// The node table holds a descriptor per file the kernel knows: allow as many as the system lets us.
+    private static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
     }
 
     /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.

@@ -14,6 +14,9 @@ final class WriteSession {
     var writers = 0
     /// Whether the shadow holds writes not yet published.
     var dirty = false
+    /// The error of a write that failed (a full disk): the shadow is then never published, and
+    /// the writer's close reports it. The previous version stays.
+    var failure: Int32 = 0
     /// The coordinated write, held until the first publish (presenters then hear "did change").
     var access: CoordinatedAccess?
     /// The lock owner (the writing process's file table) of the last write: its close publishes.
@@ -100,6 +103,11 @@ final class Shadows: @unchecked Sendable {
     func publish(_ session: WriteSession, of node: Node, in nodes: NodeTable, durably: Bool) -> Int32 {
         guard session.shadow >= 0 else { return 0 }
         defer { discard(session) }
+        guard session.failure == 0 else {
+            let failure = session.failure
+            session.failure = 0
+            return failure
+        }
         guard session.dirty else { return 0 }
         session.dirty = false
         if durably, fsync(session.shadow) != 0 { return errno }
@@ -132,6 +140,12 @@ final class Shadows: @unchecked Sendable {
         if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
         session.shadow = -1
         session.shadowName = []
+        session.dirty = false
+    }
+
+    /// Marks the session failed, so that nothing of it is published.
+    func fail(_ session: WriteSession, with error: Int32) {
+        session.failure = error
         session.dirty = false
     }
 }

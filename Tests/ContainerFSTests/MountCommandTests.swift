@@ -214,4 +214,29 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: caches + "/c.bin"), "purging stops once there is room")
         XCTAssertEqual(Shell.run("ls", in: mountedCaches).output, "a.bin\nc.bin\n")
     }
+
+    func testAFullDiskFailsTheWriteAndLosesNothing() throws {
+        try XCTSkipIf(geteuid() != 0, "mounting a small tmpfs for the store needs root")
+        let small = scratch.appendingPathComponent("full").path
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        XCTAssertEqual(Shell.run("mount -t tmpfs -o size=6m tmpfs \(Shell.quote(small))").status, 0)
+        defer { _ = Shell.run("umount -l \(Shell.quote(small))") }
+        let store = try Store.openOrCreate(small + "/store")
+        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-full"))
+        XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
+        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
+        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        XCTAssertEqual(Shell.run("head -c 1M /dev/urandom > keep && md5sum keep > keep.md5", in: documents).status, 0)
+        // Rewriting it with more than the disk holds fails, and the previous version stays whole.
+        let overwrite = Shell.run("head -c 16M /dev/zero > keep", in: documents)
+        XCTAssertNotEqual(overwrite.status, 0)
+        XCTAssertTrue(overwrite.error.contains("No space left on device"), overwrite.error)
+        XCTAssertEqual(Shell.run("md5sum -c keep.md5", in: documents).status, 0, "the previous version is intact")
+        let new = Shell.run("head -c 16M /dev/zero > new", in: documents)
+        XCTAssertTrue(new.error.contains("No space left on device"), new.error)
+        XCTAssertEqual(Shell.run("stat -c %s new", in: documents).output, "0\n", "a new file that could not be written stays empty")
+        let shadows = try FileManager.default.contentsOfDirectory(atPath: store.workPath + "/shadows")
+            .flatMap { try FileManager.default.contentsOfDirectory(atPath: store.workPath + "/shadows/" + $0) }
+        XCTAssertEqual(shadows, [], "no shadow is left holding the space")
+    }
 }
