@@ -372,6 +372,8 @@ def format_number(value):
 
 
 def format_ratio(value):
+    if value >= 100:
+        return f"{value:.0f}×"
     return f"{value:.1f}×" if value >= 10 else f"{value:.2f}×"
 
 
@@ -564,9 +566,14 @@ def main():
             ("editor save", workload_save),
             ("cp", lambda place: workload_cp(place, cp_source, work)),
         ]
+        order = list(places)
         for name, step in steps:
             for rep in range(reps):
-                for target, place in places.items():
+                # Each repetition starts with another column, so that none always follows the
+                # previous step's writeback; and each step starts with nothing dirty.
+                for target in order[rep % len(order):] + order[:rep % len(order)]:
+                    place = places[target]
+                    os.sync()
                     start = time.perf_counter()
                     results.add(target, step(place))
                     log(f"{name} rep {rep + 1}/{reps} {target}: {time.perf_counter() - start:.1f} s")
