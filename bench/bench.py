@@ -1,0 +1,671 @@
+#!/usr/bin/env python3
+"""Runs the ContainerFS benchmark: the same workloads on a plain directory (native), through libfuse's
+passthrough_ll, and through ContainerFS (Documents: atomic replace; tmp: in-place writes).
+
+Stdlib only. bench/run.sh builds what this needs and calls it; it can also be run alone:
+
+    bench.py --containerfs BIN --passthrough BIN --work DIR --results DIR
+
+Every number is a cost (time or memory): lower is better, and a ratio above 1 means ContainerFS
+costs more. Sizes come from environment variables (see bench/README.md). Nothing here asserts times.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+APP_ID = "com.example.bench"
+TARGETS = ["native", "passthrough", "docs", "tmp"]
+TARGET_TITLES = {
+    "native": "native",
+    "passthrough": "passthrough_ll",
+    "docs": "ContainerFS Documents",
+    "tmp": "ContainerFS tmp",
+}
+
+
+def env_int(name, default):
+    return int(os.environ.get(name, default))
+
+
+def parse_size(text):
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    factors = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    if text and text[-1] in factors:
+        return int(float(text[:-1]) * factors[text[-1]])
+    return int(text)
+
+
+CONFIG = {
+    "BENCH_SIZE": os.environ.get("BENCH_SIZE", "1G"),          # fio file size
+    "BENCH_REPS": env_int("BENCH_REPS", 3),                     # repetitions per workload (median reported)
+    "BENCH_RAND_IOS": env_int("BENCH_RAND_IOS", 20000),         # 4 KiB operations per random fio run
+    "BENCH_META_FILES": env_int("BENCH_META_FILES", 10000),     # files created, stat'ed and unlinked
+    "BENCH_TREE": os.environ.get("BENCH_TREE", "/usr/include"),  # source tree for ls -lR and tar
+    "BENCH_SAVES": env_int("BENCH_SAVES", 1000),                # editor saves per run
+    "BENCH_CP_SIZE": os.environ.get("BENCH_CP_SIZE", "1M"),     # file copied over an existing one
+    "BENCH_CP_RUNS": env_int("BENCH_CP_RUNS", 30),              # hyperfine runs of that cp
+    "BENCH_MANY_FILES": env_int("BENCH_MANY_FILES", 100000),    # files listed for the memory workload
+}
+
+
+def raise_descriptor_limit():
+    """passthrough_ll holds a descriptor for every inode the kernel knows, so listing 100,000 files
+    needs more than the usual 1,024 or 20,000. The daemons inherit this limit. Returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max(hard, 1 << 20)
+    if os.geteuid() == 0:
+        try:
+            with open("/proc/sys/fs/nr_open") as file:
+                wanted = min(wanted, int(file.read()))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return wanted
+        except (OSError, ValueError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def log(message):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, check=True, **kwargs)
+
+
+def timed(argv, shell=False):
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, shell=shell, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+CAN_DROP = os.geteuid() == 0
+
+
+def drop_caches():
+    """Writes back and drops the page cache, dentries and inodes (FUSE ones too: the kernel forgets them)."""
+    os.sync()
+    if CAN_DROP:
+        with open("/proc/sys/vm/drop_caches", "w") as control:
+            control.write("3\n")
+        # Load the tools again, so that a cold binary (fio's libraries are large) is not timed.
+        for tool in ("fio", "ls", "tar", "find", "cat"):
+            subprocess.run([tool, "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------- mounts and daemons
+
+class Daemons:
+    """Starts the FUSE daemons in the foreground as children, and always stops them again.
+
+    The pids and mount points go to WORK/started.pids and WORK/started.mounts too, so that run.sh's
+    trap can clean up even if this script is killed."""
+
+    def __init__(self, work, containerfs, passthrough):
+        self.work = work
+        self.containerfs = containerfs
+        self.passthrough = passthrough
+        self.children = {}   # mount point -> Popen
+
+    def _note(self, name, value):
+        with open(os.path.join(self.work, name), "a") as notes:
+            notes.write(f"{value}\n")
+
+    def _start(self, argv, mount_point, log_name):
+        os.makedirs(mount_point, exist_ok=True)
+        logfile = open(os.path.join(self.work, log_name), "ab")
+        self._note("started.mounts", mount_point)
+        child = subprocess.Popen(argv, stdout=logfile, stderr=logfile, stdin=subprocess.DEVNULL)
+        self._note("started.pids", child.pid)
+        self.children[mount_point] = child
+        deadline = time.monotonic() + 60
+        while not os.path.ismount(mount_point):
+            if child.poll() is not None:
+                raise RuntimeError(f"{argv[0]} exited with {child.returncode}; see {logfile.name}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{mount_point} was not mounted within 60 s; see {logfile.name}")
+            time.sleep(0.05)
+        return child
+
+    def mount_passthrough(self, source, mount_point):
+        # passthrough_ll's defaults: cache=auto (1 s entry/attribute timeouts), no writeback cache,
+        # multi-threaded.
+        return self._start([self.passthrough, "-f", "-o", f"source={source}", mount_point],
+                           mount_point, "passthrough_ll.log")
+
+    def mount_containerfs(self, store, mount_point):
+        child = self._start([self.containerfs, "mount", "-f", store, mount_point], mount_point, "containerfs.log")
+        return containerfs_pid(store) or child.pid
+
+    def unmount(self, mount_point):
+        child = self.children.pop(mount_point, None)
+        if os.path.ismount(mount_point):
+            if subprocess.run(["fusermount3", "-u", mount_point], stderr=subprocess.DEVNULL).returncode != 0:
+                time.sleep(1)
+                if subprocess.run(["fusermount3", "-u", mount_point], stderr=subprocess.DEVNULL).returncode != 0:
+                    subprocess.run(["fusermount3", "-uz", mount_point])
+        if child is not None:
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.send_signal(signal.SIGTERM)
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+
+    def stop_all(self):
+        for mount_point in list(self.children):
+            try:
+                self.unmount(mount_point)
+            except Exception as error:  # keep stopping the others
+                log(f"cleanup of {mount_point}: {error}")
+
+
+def containerfs_pid(store):
+    mounts = os.path.join(store, "work", "mounts")
+    for name in sorted(os.listdir(mounts)) if os.path.isdir(mounts) else []:
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(mounts, name)) as record:
+                    return int(json.load(record)["pid"])
+            except (ValueError, KeyError, OSError):
+                pass
+    return None
+
+
+def memory_kib(pid):
+    """VmHWM (peak resident set) and VmRSS of a process, in KiB."""
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                values[key] = int(rest.split()[0])
+    return values
+
+
+# ---------------------------------------------------------------- workloads
+# Each takes the directory to work in and returns {workload key: value} (a cost: lower is better),
+# or {key: (value, extra)} where extra is shown next to the value and kept in the JSON.
+
+def fio(name, path, rw, block, size, extra=()):
+    argv = ["fio", f"--name={name}", f"--filename={path}", f"--rw={rw}", f"--bs={block}", f"--size={size}",
+            "--direct=0", "--ioengine=psync", "--fallocate=none", "--output-format=json", *extra]
+    start = time.perf_counter()
+    output = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    wall = time.perf_counter() - start
+    job = json.loads(output[output.index("{"):])["jobs"][0]
+    side = job["read"] if rw in ("read", "randread") else job["write"]
+    return wall, side
+
+
+def workload_fio(directory):
+    """fio's own rate, as the time the I/O took (file size / bandwidth, or operations / IOPS): it
+    leaves out fio's start-up (a fixed ~0.3 s here), opening the file and the final fsync. What
+    opening costs in Documents (a shadow copy) is measured on its own by workload_change_one_byte."""
+    size = parse_size(CONFIG["BENCH_SIZE"])
+    ios = CONFIG["BENCH_RAND_IOS"]
+    path = os.path.join(directory, "fio.dat")
+    if os.path.exists(path):
+        os.unlink(path)
+    results = {}
+    # Sequential write of a new file; end_fsync so that no dirty data is left for the next step.
+    wall, side = fio("seqwrite", path, "write", "1M", size, ["--end_fsync=1"])
+    results["seq_write"] = (size / side["bw_bytes"], f"{side['bw_bytes'] / (1 << 20):.0f} MiB/s")
+    results["seq_write_wall"] = wall
+    drop_caches()
+    wall, side = fio("seqread", path, "read", "1M", size)
+    results["seq_read"] = (size / side["bw_bytes"], f"{side['bw_bytes'] / (1 << 20):.0f} MiB/s")
+    results["seq_read_wall"] = wall
+    drop_caches()
+    wall, side = fio("randread", path, "randread", "4k", size, [f"--number_ios={ios}"])
+    results["rand_read"] = (ios / side["iops"], f"{side['iops'] / 1000:.1f}k IOPS")
+    results["rand_read_wall"] = wall
+    drop_caches()
+    wall, side = fio("randwrite", path, "randwrite", "4k", size, [f"--number_ios={ios}", "--end_fsync=1"])
+    results["rand_write"] = (ios / side["iops"], f"{side['iops'] / 1000:.1f}k IOPS")
+    results["rand_write_wall"] = wall
+    # Change one byte of the large file: open for writing, pwrite, close. Documents copies the whole
+    # file into a shadow at open and publishes it at close.
+    drop_caches()
+    start = time.perf_counter()
+    descriptor = os.open(path, os.O_WRONLY)
+    os.pwrite(descriptor, b"!", 0)
+    os.close(descriptor)
+    results["one_byte"] = time.perf_counter() - start
+    os.unlink(path)
+    return results
+
+
+def workload_metadata(directory):
+    count = CONFIG["BENCH_META_FILES"]
+    folder = os.path.join(directory, "meta")
+    os.mkdir(folder)
+    names = [os.path.join(folder, f"file{index:06d}.txt") for index in range(count)]
+    data = b"a small file\n" * 8
+    start = time.perf_counter()
+    for name in names:
+        descriptor = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(descriptor, data)
+        os.close(descriptor)
+    create = time.perf_counter() - start
+    drop_caches()
+    start = time.perf_counter()
+    for name in names:
+        os.stat(name)
+    stat = time.perf_counter() - start
+    start = time.perf_counter()
+    for name in names:
+        os.unlink(name)
+    unlink = time.perf_counter() - start
+    os.rmdir(folder)
+    return {"meta_create": create, "meta_stat": stat, "meta_unlink": unlink}
+
+
+def workload_tree(directory, archive, scratch):
+    folder = os.path.join(directory, "tree")
+    os.mkdir(folder)
+    results = {}
+    results["tar_extract"] = timed(["tar", "-xf", archive, "-C", folder])
+    drop_caches()
+    results["ls_lR"] = timed(["ls", "-lR", folder])
+    drop_caches()
+    # Through a pipe: GNU tar skips reading the files when the archive is /dev/null itself.
+    results["tar_create"] = timed(f"tar -cf - -C '{folder}' . | cat > /dev/null", shell=True)
+    results["rm_rf"] = timed(["rm", "-rf", folder])
+    return results
+
+
+def workload_save(directory):
+    """An editor's safe save: write a temporary file, fsync it, rename it over the original."""
+    count = CONFIG["BENCH_SAVES"]
+    folder = os.path.join(directory, "save")
+    os.mkdir(folder)
+    original = os.path.join(folder, "document.txt")
+    temporary = os.path.join(folder, ".document.txt.swp")
+    with open(original, "wb") as file:
+        file.write(b"version 0\n" * 400)
+    start = time.perf_counter()
+    for index in range(count):
+        content = (f"version {index + 1}\n" * 400).encode()
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(descriptor, content)
+        os.fsync(descriptor)
+        os.close(descriptor)
+        os.rename(temporary, original)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(folder)
+    return {"editor_save": (elapsed / count * 1000, f"{count / elapsed:.0f} saves/s")}
+
+
+def workload_cp(directory, source, scratch):
+    folder = os.path.join(directory, "cp")
+    os.mkdir(folder)
+    target = os.path.join(folder, "target.bin")
+    shutil.copyfile(source, target)
+    report = os.path.join(scratch, "hyperfine.json")
+    run(["hyperfine", "-N", "--style", "none", "--warmup", "3", "--runs", str(CONFIG["BENCH_CP_RUNS"]),
+         "--export-json", report, f"cp {source} {target}"], stdout=subprocess.DEVNULL)
+    with open(report) as file:
+        median = json.load(file)["results"][0]["median"]
+    shutil.rmtree(folder)
+    return {"cp_over": median * 1000}
+
+
+def notification_latency(directory):
+    """Stub: time from a change in the mount to a presenter's notification.
+
+    Needs the presenter client (not merged yet). Fill in: register a presenter for
+    directory/watched.txt through the client, then time N writes (close of a write handle) until the
+    presenter's presentedItemDidChange arrives; return {"notify_latency": median seconds}."""
+    return None
+
+
+# ---------------------------------------------------------------- the report
+
+# key, title, unit, scale (value * scale is shown), targets
+WORKLOADS = [
+    ("seq_write", "fio sequential write of {size}, 1 MiB blocks", "s", 1, TARGETS),
+    ("seq_read", "fio sequential read of {size}, 1 MiB blocks (cold cache)", "s", 1, TARGETS),
+    ("rand_read", "fio random read, 4 KiB, {ios} ops (cold cache)", "s", 1, TARGETS),
+    ("rand_write", "fio random write, 4 KiB, {ios} ops", "s", 1, TARGETS),
+    ("one_byte", "change 1 byte of that {size} file (open, pwrite, close)", "ms", 1000, TARGETS),
+    ("meta_create", "create {meta} small files", "s", 1, TARGETS),
+    ("meta_stat", "stat {meta} files (cold cache)", "s", 1, TARGETS),
+    ("meta_unlink", "unlink {meta} files", "s", 1, TARGETS),
+    ("tar_extract", "tar extract {tree} ({tree_files} entries)", "s", 1, TARGETS),
+    ("ls_lR", "ls -lR of that tree (cold cache)", "s", 1, TARGETS),
+    ("tar_create", "tar create of that tree (cold cache)", "s", 1, TARGETS),
+    ("rm_rf", "rm -rf of that tree", "s", 1, TARGETS),
+    ("editor_save", "editor save (write tmp, fsync, rename over), per save", "ms", 1, TARGETS),
+    ("cp_over", "cp {cp_size} over an existing file (hyperfine median)", "ms", 1, TARGETS),
+    ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "docs"]),
+    ("idle_rss", "daemon memory right after mounting (VmRSS)", "MiB", 1 / 1024, ["passthrough", "docs"]),
+    ("many_hwm", "daemon peak memory (VmHWM) after listing {many} files", "MiB", 1 / 1024,
+     ["passthrough", "docs"]),
+    ("many_per_file", "daemon memory per listed file ((VmHWM after − VmRSS before) / files)", "bytes", 1,
+     ["passthrough", "docs"]),
+    ("notify_latency", "presenter notification latency", "ms", 1000, ["docs"]),
+]
+
+
+def format_number(value):
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def format_ratio(value):
+    if value >= 100:
+        return f"{value:.0f}×"
+    return f"{value:.1f}×" if value >= 10 else f"{value:.2f}×"
+
+
+class Results:
+    def __init__(self):
+        self.samples = {}   # key -> target -> [values]
+        self.extras = {}    # key -> target -> [extra strings]
+        self.failures = {}  # key -> target -> message
+
+    def fail(self, target, key, message):
+        self.failures.setdefault(key, {})[target] = message
+
+    def add(self, target, measured):
+        for key, value in measured.items():
+            extra = None
+            if isinstance(value, tuple):
+                value, extra = value
+            self.samples.setdefault(key, {}).setdefault(target, []).append(value)
+            self.extras.setdefault(key, {}).setdefault(target, []).append(extra)
+
+    def median(self, key, target):
+        values = self.samples.get(key, {}).get(target)
+        return statistics.median(values) if values else None
+
+    def extra(self, key, target):
+        """The extra of the sample closest to the median."""
+        values = self.samples.get(key, {}).get(target)
+        if not values:
+            return None
+        middle = statistics.median(values)
+        index = min(range(len(values)), key=lambda i: abs(values[i] - middle))
+        return self.extras[key][target][index]
+
+
+def render(results, info):
+    names = info["names"]
+    lines = [
+        "| workload | unit | native | passthrough_ll | ContainerFS Documents | ContainerFS tmp "
+        "| ContainerFS / passthrough_ll | ContainerFS / native |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = []
+    for key, title, unit, scale, targets in WORKLOADS:
+        title = title.format(**names)
+        cells = []
+        for target in TARGETS:
+            value = results.median(key, target)
+            if key == "notify_latency":
+                cells.append("not measured yet" if target == "docs" else "—")
+                continue
+            if value is None:
+                cells.append("failed" if target in results.failures.get(key, {}) else "—")
+                continue
+            text = format_number(value * scale)
+            extra = results.extra(key, target)
+            cells.append(f"{text} ({extra})" if extra else text)
+        ratios = []
+        for base in ("passthrough", "native"):
+            base_value = results.median(key, base)
+            parts = []
+            for target, label in (("docs", "Documents"), ("tmp", "tmp")):
+                value = results.median(key, target)
+                if value is not None and base_value:
+                    parts.append((label, value / base_value))
+            if not parts:
+                ratios.append("—")
+            elif len(parts) == 1:
+                ratios.append(format_ratio(parts[0][1]))
+            else:
+                ratios.append(f"{format_ratio(parts[0][1])} (tmp {format_ratio(parts[1][1])})")
+        rows.append({"key": key, "workload": title, "unit": unit, "cells": dict(zip(TARGETS, cells)),
+                     "ratio_passthrough": ratios[0], "ratio_native": ratios[1]})
+        lines.append(f"| {title} | {unit} | " + " | ".join(cells) + f" | {ratios[0]} | {ratios[1]} |")
+    return "\n".join(lines) + "\n", rows
+
+
+# ---------------------------------------------------------------- the run
+
+def make_many(root, count):
+    """count empty files in folders of 1,000, created directly (not through any mount)."""
+    for index in range(count):
+        folder = os.path.join(root, f"d{index // 1000:04d}")
+        if index % 1000 == 0:
+            os.makedirs(folder)
+        os.close(os.open(os.path.join(folder, f"f{index:07d}"), os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--containerfs", required=True)
+    parser.add_argument("--passthrough", required=True)
+    parser.add_argument("--work", required=True, help="scratch directory (on the disk being measured)")
+    parser.add_argument("--results", required=True, help="where latest.md and latest.json go")
+    parser.add_argument("--command", default="bench/run.sh", help="the command shown in the report")
+    arguments = parser.parse_args()
+    descriptor_limit = raise_descriptor_limit()
+
+    work = os.path.abspath(arguments.work)
+    os.makedirs(work, exist_ok=True)
+    daemons = Daemons(work, os.path.abspath(arguments.containerfs), os.path.abspath(arguments.passthrough))
+    results = Results()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    reps = CONFIG["BENCH_REPS"]
+
+    native = os.path.join(work, "native")
+    pt_source, pt_mount = os.path.join(work, "pt-source"), os.path.join(work, "pt-mount")
+    store, cfs_mount = os.path.join(work, "store"), os.path.join(work, "cfs-mount")
+    backing_documents = os.path.join(store, "containers", APP_ID, "Documents")
+    for folder in (native, pt_source):
+        os.makedirs(folder)
+
+    # The store: a one-file bundle is enough.
+    bundle = os.path.join(work, "Bench.app")
+    os.makedirs(bundle)
+    with open(os.path.join(bundle, "Info.txt"), "w") as file:
+        file.write("ContainerFS benchmark bundle\n")
+    run([daemons.containerfs, "install", store, bundle, "--id", APP_ID], stdout=subprocess.DEVNULL)
+
+    # Inputs, made once on the native disk.
+    archive = os.path.join(work, "tree.tar")
+    tree = os.path.abspath(CONFIG["BENCH_TREE"])
+    run(["tar", "-cf", archive, "-C", os.path.dirname(tree), os.path.basename(tree)])
+    tree_files = sum(1 + len(files) for _, _, files in os.walk(tree))
+    cp_source = os.path.join(work, "cp-source.bin")
+    with open(cp_source, "wb") as file:
+        file.write(os.urandom(parse_size(CONFIG["BENCH_CP_SIZE"])))
+
+    memory = {}
+    try:
+        # 1. Memory: fresh daemons list many files that were created behind their backs.
+        many = CONFIG["BENCH_MANY_FILES"]
+        # Both daemons hold an O_PATH descriptor per inode the kernel knows: listing more files than
+        # the descriptor limit fails with EMFILE. Without CAP_SYS_RESOURCE the limit cannot be raised
+        # (20,000 in some containers), so the listing shrinks to fit, in whole folders of 1,000.
+        fits = (descriptor_limit - 2000) // 1000 * 1000
+        if many > fits:
+            log(f"memory: listing {fits} files, not {many}: the descriptor limit is {descriptor_limit}")
+            many = fits
+        memory["files_listed"] = many
+        log(f"memory: creating {many} files in each backing directory")
+        make_many(os.path.join(native, "many"), many)
+        make_many(os.path.join(pt_source, "many"), many)
+        make_many(os.path.join(backing_documents, "many"), many)
+        pt_pid = daemons.mount_passthrough(pt_source, pt_mount).pid
+        cfs_pid = daemons.mount_containerfs(store, cfs_mount)
+        memory["passthrough_idle"] = memory_kib(pt_pid)
+        memory["docs_idle"] = memory_kib(cfs_pid)
+        results.add("passthrough", {"idle_rss": memory["passthrough_idle"]["VmRSS"]})
+        results.add("docs", {"idle_rss": memory["docs_idle"]["VmRSS"]})
+        places = {"native": native, "passthrough": pt_mount,
+                  "docs": os.path.join(cfs_mount, APP_ID, "Documents")}
+        for rep in range(reps):
+            for target, place in places.items():
+                drop_caches()
+                try:
+                    elapsed = timed(["find", os.path.join(place, "many"), "-ls"])
+                except subprocess.CalledProcessError as error:
+                    log(f"memory: find through {target} failed ({error.returncode}); see its log")
+                    results.fail(target, "many_list", f"find exited with {error.returncode}")
+                    if rep == 0 and target != "native":
+                        results.fail(target, "many_hwm", "the listing failed")
+                    continue
+                results.add(target, {"many_list": elapsed})
+                if rep == 0 and target in ("passthrough", "docs"):
+                    pid = pt_pid if target == "passthrough" else cfs_pid
+                    status = memory_kib(pid)
+                    memory[f"{target}_after_list"] = status
+                    idle = memory[f"{target}_idle"]["VmRSS"]
+                    results.add(target, {"many_hwm": status["VmHWM"],
+                                         "many_per_file": (status["VmHWM"] - idle) * 1024 / many})
+            log(f"memory: listing rep {rep + 1}/{reps} done")
+        daemons.unmount(pt_mount)
+        daemons.unmount(cfs_mount)
+        for root in (native, pt_source, backing_documents):
+            shutil.rmtree(os.path.join(root, "many"))
+
+        # 2. Everything else, on fresh mounts.
+        daemons.mount_passthrough(pt_source, pt_mount)
+        daemons.mount_containerfs(store, cfs_mount)
+        places = {
+            "native": native,
+            "passthrough": pt_mount,
+            "docs": os.path.join(cfs_mount, APP_ID, "Documents"),
+            "tmp": os.path.join(cfs_mount, APP_ID, "tmp"),
+        }
+        steps = [
+            ("fio", workload_fio),
+            ("metadata", workload_metadata),
+            ("tree", lambda place: workload_tree(place, archive, work)),
+            ("editor save", workload_save),
+            ("cp", lambda place: workload_cp(place, cp_source, work)),
+        ]
+        order = list(places)
+        for name, step in steps:
+            for rep in range(reps):
+                # Each repetition starts with another column, so that none always follows the
+                # previous step's writeback; and each step starts with nothing dirty.
+                for target in order[rep % len(order):] + order[:rep % len(order)]:
+                    place = places[target]
+                    os.sync()
+                    start = time.perf_counter()
+                    results.add(target, step(place))
+                    log(f"{name} rep {rep + 1}/{reps} {target}: {time.perf_counter() - start:.1f} s")
+        if notification_latency(places["docs"]) is not None:
+            raise NotImplementedError
+    finally:
+        daemons.stop_all()
+
+    info = {
+        "names": {
+            "size": size_label(CONFIG["BENCH_SIZE"]),
+            "ios": f"{CONFIG['BENCH_RAND_IOS']:,}",
+            "meta": f"{CONFIG['BENCH_META_FILES']:,}",
+            "tree": "a copy of " + tree,
+            "tree_files": f"{tree_files:,}",
+            "cp_size": size_label(CONFIG["BENCH_CP_SIZE"]),
+            "many": f"{memory.get('files_listed', CONFIG['BENCH_MANY_FILES']):,}",
+        },
+    }
+    table, rows = render(results, info)
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    header = (
+        f"ContainerFS benchmark, {finished:%Y-%m-%d %H:%M} UTC, `{arguments.command}` "
+        f"({reps} repetitions, medians; {os.cpu_count()} CPUs, kernel {platform.release()}, "
+        f"backing filesystem {filesystem_type(work)}; caches dropped: {'yes' if CAN_DROP else 'no (not root)'}).\n"
+        "Lower is better everywhere; a ratio above 1 means ContainerFS costs more. "
+        "fio cells are the time fio measured for the I/O alone (size / bandwidth, operations / IOPS; "
+        "without opening the file or the final fsync), with fio's rate in brackets; "
+        "the wall times of the fio runs are in latest.json. Ratios are for Documents, with tmp in brackets.\n"
+    )
+    notes = (
+        "\nNotes:\n"
+        "- passthrough_ll runs with its defaults: `-o cache=auto` (1 s entry and attribute timeouts), "
+        f"no writeback cache, multi-threaded. Both daemons run with a limit of {descriptor_limit:,} open "
+        "descriptors (each holds one per inode the kernel knows).\n"
+        "- ContainerFS Documents opens regular files with direct I/O (no page cache) and writes through "
+        "a shadow copy published at close; tmp writes in place.\n"
+        + (f"- The memory workload lists {memory['files_listed']:,} files, not the "
+           f"{CONFIG['BENCH_MANY_FILES']:,} asked for: both daemons hold one descriptor per inode the "
+           f"kernel knows, and the descriptor limit here is {descriptor_limit:,} (raising it needs "
+           "CAP_SYS_RESOURCE).\n" if memory.get("files_listed", 0) < CONFIG["BENCH_MANY_FILES"] else "")
+        + "- Presenter notification latency is not measured yet: it needs the presenter client, which is "
+        "not merged (see `notification_latency` in bench/bench.py).\n"
+    )
+    markdown = header + "\n" + table + notes
+    os.makedirs(arguments.results, exist_ok=True)
+    with open(os.path.join(arguments.results, "latest.md"), "w") as file:
+        file.write(markdown)
+    with open(os.path.join(arguments.results, "latest.json"), "w") as file:
+        json.dump({
+            "started": started.isoformat(timespec="seconds"),
+            "finished": finished.isoformat(timespec="seconds"),
+            "command": arguments.command,
+            "host": {"cpus": os.cpu_count(), "kernel": platform.release(),
+                     "memory_kib": meminfo_total(), "filesystem": filesystem_type(work)},
+            "caches_dropped": CAN_DROP,
+            "descriptor_limit": descriptor_limit,
+            "failures": results.failures,
+            "config": CONFIG,
+            "workloads": [{"key": key, "title": title.format(**info["names"]), "unit": unit, "scale": scale}
+                          for key, title, unit, scale, _ in WORKLOADS],
+            "samples": results.samples,
+            "extras": results.extras,
+            "medians": {key: {target: results.median(key, target) for target in TARGETS
+                              if results.median(key, target) is not None} for key in results.samples},
+            "memory_kib": memory,
+            "table": rows,
+        }, file, indent=2)
+        file.write("\n")
+    print(markdown)
+
+
+def size_label(text):
+    size = parse_size(text)
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+def filesystem_type(path):
+    result = subprocess.run(["findmnt", "-no", "FSTYPE", "-T", path], capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
+
+
+def meminfo_total():
+    with open("/proc/meminfo") as file:
+        for line in file:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    return None
+
+
+if __name__ == "__main__":
+    main()
