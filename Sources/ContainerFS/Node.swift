@@ -32,12 +32,18 @@ final class Node {
     var key: BackingKey
     /// The kernel's reference count; guarded by the node table's lock.
     var lookups: UInt64 = 0
-    /// Where the node sits, so policy and coordination know it; guarded by the node table's lock.
-    var zone: Zone
+    /// Where the node sits, which decides its policy. Read on every request without the table's
+    /// lock, so it is atomic; it changes only when the item moves out of the Inbox.
+    private let zoneValue: Atomic<UInt8>
+    var zone: Zone {
+        get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
+        set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
+    }
+    /// The parent and name the node was last seen under; guarded by the node table's lock.
     var parent: Node?
     var name: [UInt8]
     /// The write session of a regular file written through atomic replace.
-    let session = Mutex<WriteSession?>(nil)
+    let session = Locked<WriteSession?>(nil)
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int>(0)
 
@@ -46,7 +52,7 @@ final class Node {
         self.key = BackingKey(attributes)
         self.fileType = attributes.st_mode & S_IFMT
         self.exposedInode = exposedInode
-        self.zone = zone
+        self.zoneValue = Atomic(zone.rawValue)
         self.parent = parent
         self.name = name
     }
@@ -89,7 +95,7 @@ final class NodeTable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(root: Node) {
         self.root = root
@@ -118,8 +124,8 @@ final class NodeTable {
             if let existing = state.nodes[key] {
                 close(descriptor)
                 existing.lookups += 1
-                existing.parent = parent
-                existing.zone = zone
+                if existing.parent !== parent { existing.parent = parent }
+                if existing.zone != zone { existing.zone = zone }
                 if !existing.name.elementsEqual(name.bytes) { existing.name = name.copy }
                 return existing
             }

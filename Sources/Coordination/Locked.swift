@@ -9,11 +9,11 @@ import Darwin
 /// State behind a pthread mutex. Chosen over `Synchronization.Mutex` because ThreadSanitizer
 /// understands pthread locking: with `Mutex` on Linux it reported every guarded access as a
 /// race, which made the sanitizer useless for this engine.
-final class Locked<State> {
+public final class Locked<State> {
     private var state: State
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
 
-    init(_ state: State) {
+    public init(_ state: State) {
         self.state = state
         pthread_mutex_init(mutex, nil)
     }
@@ -24,7 +24,7 @@ final class Locked<State> {
     }
 
     /// Runs `body` with the state, holding the lock. `body` must not call back into this lock.
-    func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
+    public func withLock<Result>(_ body: (inout State) throws -> Result) rethrows -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&state)
