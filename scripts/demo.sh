@@ -3,11 +3,8 @@
 # Usage: scripts/demo.sh [MOUNTPOINT]    (default /tmp/containerfs-demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-export PATH="/opt/swift/usr/bin:$PATH"
-swift build --product containerfs
+binary="$(scripts/build.sh)"
 mountpoint="${1:-/tmp/containerfs-demo}"
-binary="$(swift build --show-bin-path)/containerfs"
 mkdir -p "$mountpoint"
 if grep -q " $mountpoint fuse.containerfs " /proc/mounts; then
   "$binary" unmount "$mountpoint"

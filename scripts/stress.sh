@@ -3,10 +3,7 @@
 # Usage: scripts/stress.sh [SECONDS] [WORKERS]    (default 300 s, 8 workers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-export PATH="/opt/swift/usr/bin:$PATH"
-swift build --product containerfs
-binary="$(swift build --show-bin-path)/containerfs"
+binary="$(scripts/build.sh)"
 scratch="$(mktemp -d)"
 mountpoint="$scratch/mnt"
 mkdir -p "$mountpoint" "$scratch/Stress.app"

@@ -28,6 +28,18 @@ final class MountCommandTests: XCTestCase {
         try? FileManager.default.removeItem(at: scratch)
     }
 
+    /// A store with the sample apps on a tmpfs of its own, unmounted at teardown.
+    private func smallStore(megabytes: Int) throws -> Store {
+        try XCTSkipIf(geteuid() != 0, "mounting a small tmpfs for the store needs root")
+        let small = scratch.appendingPathComponent("tmpfs-\(megabytes)m").path
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
+        XCTAssertEqual(Shell.run("mount -t tmpfs -o size=\(megabytes)m tmpfs \(Shell.quote(small))").status, 0)
+        addTeardownBlock { _ = Shell.run("umount -l \(Shell.quote(small))") }
+        let store = try Store.openOrCreate(small + "/store")
+        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-\(megabytes)m"))
+        return store
+    }
+
     private var isMounted: Bool {
         ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountPoint) ")
     }
@@ -184,13 +196,7 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testCachesArePurgedOldestFirstWhenSpaceRunsLowButNeverWhileOpen() throws {
-        try XCTSkipIf(geteuid() != 0, "mounting a small tmpfs for the store needs root")
-        let small = scratch.appendingPathComponent("small").path
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
-        XCTAssertEqual(Shell.run("mount -t tmpfs -o size=16m tmpfs \(Shell.quote(small))").status, 0)
-        defer { _ = Shell.run("umount -l \(Shell.quote(small))") }
-        let store = try Store.openOrCreate(small + "/store")
-        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-small"))
+        let store = try smallStore(megabytes: 16)
         let caches = store.containerPath(AppID(SampleApps.notes)!) + "/Library/Caches"
         XCTAssertEqual(Shell.run("""
             head -c 3M /dev/urandom > \(Shell.quote(caches))/a.bin && touch -d '3 days ago' \(Shell.quote(caches))/a.bin \
@@ -216,13 +222,7 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testAFullDiskFailsTheWriteAndLosesNothing() throws {
-        try XCTSkipIf(geteuid() != 0, "mounting a small tmpfs for the store needs root")
-        let small = scratch.appendingPathComponent("full").path
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: true)
-        XCTAssertEqual(Shell.run("mount -t tmpfs -o size=6m tmpfs \(Shell.quote(small))").status, 0)
-        defer { _ = Shell.run("umount -l \(Shell.quote(small))") }
-        let store = try Store.openOrCreate(small + "/store")
-        try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-full"))
+        let store = try smallStore(megabytes: 6)
         XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
         defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
         let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
