@@ -174,4 +174,19 @@ final class PresenterTests: MountedTestCase {
         XCTAssertEqual(result.status, 0, result.error)
         XCTAssertFalse(sh("ls Documents/Notes").isEmpty)
     }
+
+    func testClientsMayCoordinateOnlyWhatTheirUserMayAccess() throws {
+        try XCTSkipIf(geteuid() != 0, "acting as another user needs root")
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "allow_other"])
+        let binary = Shell.quote(MountedStore.executable)
+        let asUser = "setpriv --reuid=4242 --regid=4242 --clear-groups"
+        // hello.txt is root's, readable by everyone, writable by root alone.
+        let read = Shell.run("\(asUser) \(binary) coordinate --read Documents/hello.txt -- cat Documents/hello.txt", in: home)
+        XCTAssertEqual(read.status, 0, read.error)
+        XCTAssertEqual(read.output, "hello\n")
+        let write = Shell.run("\(asUser) \(binary) coordinate --write --timeout 5 Documents/hello.txt -- true", in: home)
+        XCTAssertNotEqual(write.status, 0, "a user without write permission must not take a coordinated write")
+        XCTAssertTrue(write.error.lowercased().contains("denied") || write.error.lowercased().contains("permission"), write.error)
+    }
 }
