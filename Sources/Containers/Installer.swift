@@ -30,7 +30,7 @@ public enum Installer {
         }
 
         // Copy into the store's scratch space first, then move into place: a failed copy leaves nothing half-installed.
-        let staging = store.workPath + "/install-\(id.rawValue)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let staging = store.workPath + "/" + scratchName("install-\(id.rawValue)")
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: staging) }
         try TreeCopier.copy(from: source, to: staging + "/" + bundleName)

@@ -16,6 +16,7 @@ struct ContainerFSCommand: ParsableCommand {
             Mount.self,
             Unmount.self,
             VerifyCommand.self,
+            CheckCommand.self,
             DeliverCommand.self,
             UninstallCommand.self,
             PurgeCommand.self,

@@ -10,15 +10,25 @@ final class CrashTests: MountedTestCase {
         let files = 40
         sh("for i in $(seq 1 \(files)); do echo old-$i > Documents/f$i; done")
         // Writers rewrite every file with a large new version, over and over, until the daemon dies.
+        // Rewrites in place and by editor-style rename, with creations and deletions around them.
         let writer = """
         import os, sys
         n = \(files)
+        pid = os.getpid()
         while True:
             for i in range(1, n + 1):
                 try:
-                    with open(f'Documents/f{i}', 'w') as f:
-                        for _ in range(64):
-                            f.write(f'new-{i}-' + 'x' * 1000 + '\\n')
+                    content = ''.join(f'new-{i}-' + 'x' * 1000 + '\\n' for _ in range(64))
+                    if i % 2:
+                        with open(f'Documents/f{i}', 'w') as f:
+                            f.write(content)
+                    else:
+                        with open(f'Documents/.f{i}.{pid}', 'w') as f:
+                            f.write(content)
+                        os.rename(f'Documents/.f{i}.{pid}', f'Documents/f{i}')
+                    with open(f'Documents/scratch-{pid}-{i}', 'w') as f:
+                        f.write('scratch')
+                    os.unlink(f'Documents/scratch-{pid}-{i}')
                 except OSError:
                     sys.exit(0)
         """
@@ -54,6 +64,8 @@ final class CrashTests: MountedTestCase {
                        "the dead daemon's shadows are removed at the next mount")
         XCTAssertFalse(FileManager.default.fileExists(atPath: "/run/containerfs/\(deadDaemon).sock"),
                        "and so is its control socket")
-        print("crash test: \(files) files checked, \(rewritten) new, \(files - rewritten) old, 0 torn")
+        let check = Shell.run("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
+        XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")
+        print("crash test: \(files) files checked, \(rewritten) new, \(files - rewritten) old, 0 torn; store consistent")
     }
 }

@@ -1,0 +1,74 @@
+import Foundation
+
+/// Something wrong with a store, and how to mend it when that is safe.
+public struct StoreProblem: CustomStringConvertible, Sendable {
+    public let description: String
+    /// Repairs the problem; nil when a person must decide (nothing is ever deleted that might be a user's data).
+    public let repair: (@Sendable () throws -> Void)?
+}
+
+/// The store's own consistency check: what `containerfs check` reports, and `--repair` mends.
+public enum StoreCheck {
+    public static func problems(in store: Store) -> [StoreProblem] {
+        containerProblems(store) + workProblems(store)
+    }
+
+    /// Containers and records that do not match, fixed directories that are missing, broken seals.
+    private static func containerProblems(_ store: Store) -> [StoreProblem] {
+        var problems: [StoreProblem] = []
+        let containers = (try? FileManager.default.contentsOfDirectory(atPath: store.containersPath)) ?? []
+        for name in containers.sorted() {
+            guard let id = AppID(name) else {
+                problems.append(StoreProblem(description: "containers/\(name): not an app ID; move it out of the store.", repair: nil))
+                continue
+            }
+            if !store.isInstalled(id) {
+                problems.append(StoreProblem(description: "containers/\(name): a container without an app record (a failed install or uninstall); reinstall the app, or remove the container after saving what you need from it.", repair: nil))
+            }
+        }
+        for record in (try? store.apps()) ?? [] {
+            guard let id = AppID(record.id) else { continue }
+            let container = store.containerPath(id)
+            guard FileManager.default.fileExists(atPath: container + "/" + record.bundleName) else {
+                problems.append(StoreProblem(description: "\(id): its bundle \(record.bundleName) is missing; reinstall the app (its data is kept).", repair: nil))
+                continue
+            }
+            for directory in ContainerLayout.directories where !FileManager.default.fileExists(atPath: container + "/" + directory) {
+                problems.append(StoreProblem(description: "\(id): \(directory) is missing.", repair: { try store.repairContainer(id) }))
+            }
+            if let seal = try? Seal.check(store: store, id: id), !seal.isIntact {
+                problems.append(StoreProblem(description: "\(id): the bundle fails its seal (\(seal.findings.count) findings; `containerfs verify` lists them); reinstall the app.", repair: nil))
+            }
+        }
+        return problems
+    }
+
+    /// Scratch left in STORE/work by processes that died: installs, deliveries, restores, shadows.
+    private static func workProblems(_ store: Store) -> [StoreProblem] {
+        let fileManager = FileManager.default
+        var leftovers: [String] = []
+        for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath)) ?? [] {
+            if let pid = scratchOwner(name), !isAlive(pid) { leftovers.append(name) }
+        }
+        let live = Set(MountRegistry.active(in: store).map(\.pid))
+        for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath + "/shadows")) ?? [] {
+            if let pid = pid_t(name), !live.contains(pid) { leftovers.append("shadows/" + name) }
+        }
+        return leftovers.sorted().map { name in
+            let path = store.workPath + "/" + name
+            return StoreProblem(description: "work/\(name): left by a process that died.",
+                                repair: { try FileManager.default.removeItem(atPath: path) })
+        }
+    }
+
+    /// The process a scratch name (`purpose-PID-random`) belongs to.
+    static func scratchOwner(_ name: String) -> pid_t? {
+        let parts = name.split(separator: "-")
+        guard parts.count >= 3, UInt32(parts[parts.count - 1]) != nil else { return nil }
+        return pid_t(parts[parts.count - 2])
+    }
+
+    private static func isAlive(_ pid: pid_t) -> Bool {
+        kill(pid, 0) == 0 || errno != ESRCH
+    }
+}

@@ -1,0 +1,33 @@
+import ArgumentParser
+import Containers
+
+struct CheckCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check",
+        abstract: "Check a store's consistency, and repair what can be repaired safely.",
+        discussion: "Reports containers and records that do not match, missing fixed directories, bundles that fail their seal, and scratch left by processes that died. Exits with status 1 when problems remain."
+    )
+
+    @Argument(help: "The store directory.") var store: String
+    @Flag(help: "Recreate missing directories and remove leftovers of dead processes. Never removes data.")
+    var repair = false
+
+    func run() throws {
+        let store = try Store.open(store)
+        var remaining = 0
+        for problem in StoreCheck.problems(in: store) {
+            if repair, let mend = problem.repair {
+                try mend()
+                print("repaired: \(problem)")
+            } else {
+                print(problem.repair == nil ? problem.description : "\(problem) (--repair mends it)")
+                remaining += 1
+            }
+        }
+        if remaining == 0 {
+            print("\(store.root): consistent.")
+        } else {
+            throw ExitCode(1)
+        }
+    }
+}
