@@ -174,6 +174,9 @@ final class NodeTable {
             if key.inode != node.exposedInode {
                 state.aliases[key] = node.exposedInode
                 state.retired.insert(node.exposedInode)
+            } else {
+                // The filesystem gave the new file the item's own number back: no alias needed.
+                state.retired.remove(node.exposedInode)
             }
             return previous
         }

@@ -45,6 +45,18 @@ final class AtomicReplaceTests: MountedTestCase {
         XCTAssertEqual(sh("ls -i Documents/f | cut -d' ' -f1"), sh("stat -c %i Documents/f"))
     }
 
+    func testTheInodeNumberLastsThroughManyPublishes() {
+        // The filesystem reuses freed inode numbers, sometimes the item's own: the number shown never moves.
+        sh("""
+        echo first > Documents/n; n=$(stat -c %i Documents/n)
+        for i in $(seq 1 200); do
+          echo $i > Documents/n
+          if [ $((i % 50)) = 0 ]; then sync; echo 2 > /proc/sys/vm/drop_caches; fi
+          [ "$(stat -c %i Documents/n)" = "$n" ] || { echo "changed at $i" >&2; exit 1; }
+        done
+        """)
+    }
+
     func testAWriterKilledMidSessionLeavesThePreviousVersion() {
         sh("echo intact > Documents/k")
         let result = Shell.run("python3 -c \"import os, time; f = open('Documents/k', 'r+'); f.write('torn'); f.flush(); os.kill(os.getpid(), 9)\"",
