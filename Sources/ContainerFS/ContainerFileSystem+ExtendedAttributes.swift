@@ -12,6 +12,7 @@ extension ContainerFileSystem {
         let denied = Policy.changeMetadata(node.zone)
         guard denied == 0 else { return request.reply(error: denied) }
         // No race-free way to reach a symlink's own attributes; Linux allows user ones on none anyway.
+        guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink, virtualAttribute(name, of: node) == nil else { return request.reply(error: EPERM) }
         let ownedName = OwnedName(FileName(name))
         let ownedValue = Array(value)
@@ -42,6 +43,14 @@ extension ContainerFileSystem {
     static let controlSocketAttribute = "user.containerfs.control-socket"
     static let pathAttribute = "user.containerfs.path"
 
+    /// Attributes a container does not carry: SELinux labels and POSIX ACLs (mode bits, shown as
+    /// policy enforces them, are the only permissions). Saying so, rather than "no data", lets tools
+    /// such as ls remember it for the whole mount instead of asking for every file; cp -a falls back
+    /// to chmod.
+    static func isUnsupported(_ name: UnsafePointer<CChar>) -> Bool {
+        strcmp(name, "security.selinux") == 0 || strncmp(name, "system.posix_acl_", 17) == 0
+    }
+
     /// The value of a virtual attribute for `node`, or nil when `name` names none.
     private func virtualAttribute(_ name: UnsafePointer<CChar>, of node: Node) -> [UInt8]? {
         guard strncmp(name, "user.containerfs.", 17) == 0 else { return nil }
@@ -57,6 +66,7 @@ extension ContainerFileSystem {
             guard size >= value.count else { return request.reply(error: ERANGE) }
             return value.withUnsafeBytes { request.reply(buffer: $0) }
         }
+        guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
         replyAttributeData(request, size: size) { buffer, capacity in
             Backing.withProcPath(node.descriptor) { clinux_getxattr($0, name, buffer, capacity) }
