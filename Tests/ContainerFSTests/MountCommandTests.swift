@@ -71,6 +71,8 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testSignalsStopTheDaemonCleanly() throws {
+        try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
+                      "after a signal, libfuse cancels its worker threads inside read(), which ThreadSanitizer reports as a thread ending inside an interceptor")
         for signal in [SIGTERM, SIGINT] {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: MountedStore.executable)
