@@ -87,37 +87,10 @@ final class CorpusReplayTests: XCTestCase {
         XCTAssertGreaterThan(accepted, 0)
     }
 
-    private struct Outcome: Equatable {
-        var messages: [ControlMessage] = []
-        var errors: [ControlCodecError] = []
-        var finished: ControlCodecError?
-    }
-
-    /// Feeds `bytes` to a fresh FrameReader in pieces of the given sizes, draining it after each.
-    private func read(_ bytes: [UInt8], pieces: [Int]) -> Outcome {
-        var reader = FrameReader()
-        var outcome = Outcome()
-        var offset = 0
-        var broken = false
-        for piece in pieces {
-            reader.append(bytes[offset..<offset + piece])
-            offset += piece
-            while !broken {
-                let before = reader.bufferedByteCount
-                do {
-                    guard let message = try reader.next() else { break }
-                    outcome.messages.append(message)
-                } catch {
-                    outcome.errors.append(error)
-                    if case .oversized = error { broken = true }
-                }
-                if !broken, reader.bufferedByteCount >= before {
-                    XCTFail("the reader consumed nothing")
-                    return outcome
-                }
-            }
-        }
-        do { try reader.finish() } catch { outcome.finished = error }
+    /// Decodes as a stream, failing the test if the reader ever stalls.
+    private func read(_ bytes: [UInt8], pieces: [Int], file: StaticString = #filePath, line: UInt = #line) -> StreamOutcome {
+        let outcome = FrameReader.decode(bytes, inPieces: pieces)
+        XCTAssertTrue(outcome.madeProgress, "the reader consumed nothing", file: file, line: line)
         return outcome
     }
 }

@@ -29,7 +29,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     }
 
     // The stream reader, whole and in pieces whose sizes come from the input itself.
-    let whole = readAll(bytes, pieces: [bytes.count])
+    let whole = FrameReader.decode(bytes, inPieces: [bytes.count])
     var seed = UInt64(truncatingIfNeeded: size) &* 0x9E37_79B9_7F4A_7C15
     for byte in bytes.prefix(16) { seed = (seed ^ UInt64(byte)) &* 0x100_0000_01B3 }
     var pieces: [Int] = []
@@ -40,7 +40,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         pieces.append(piece)
         remaining -= piece
     }
-    let split = readAll(bytes, pieces: pieces)
+    let split = FrameReader.decode(bytes, inPieces: pieces)
+    guard whole.madeProgress, split.madeProgress else { fatalError("the reader made no progress") }
     guard whole == split else { fatalError("the reader's result depends on how the bytes arrive: \(whole) vs \(split)") }
 
     if let single {
@@ -52,38 +53,6 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         guard case .oversized? = whole.errors.first else { fatalError("oversized frame but reader gave \(whole)") }
     }
     return 0
-}
-
-struct ReaderOutcome: Equatable {
-    var messages: [ControlMessage] = []
-    var errors: [ControlCodecError] = []
-    var finished: ControlCodecError?
-}
-
-/// Feeds `bytes` to a fresh reader in the given piece sizes, draining it after each piece.
-func readAll(_ bytes: [UInt8], pieces: [Int]) -> ReaderOutcome {
-    var reader = FrameReader()
-    var outcome = ReaderOutcome()
-    var offset = 0
-    var broken = false
-    for piece in pieces {
-        reader.append(bytes[offset..<offset + piece])
-        offset += piece
-        while !broken {
-            let before = reader.bufferedByteCount
-            do {
-                guard let message = try reader.next() else { break }
-                outcome.messages.append(message)
-            } catch {
-                outcome.errors.append(error)
-                if case .oversized = error { broken = true }  // framing lost: the reader stays broken
-            }
-            // Anything but "need more bytes" must consume a frame (or break the reader for good).
-            guard broken || reader.bufferedByteCount < before else { fatalError("the reader made no progress") }
-        }
-    }
-    do { try reader.finish() } catch { outcome.finished = error }
-    return outcome
 }
 
 // SwiftPM links every executable target with `--defsym main=<Target>_main`, which would hide
