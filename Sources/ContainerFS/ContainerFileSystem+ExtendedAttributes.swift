@@ -28,7 +28,7 @@ extension ContainerFileSystem {
             var error = Backing.check(Backing.withProcPath(node.descriptor, change))
             // A shadow being written takes the change too, or its publish would undo it.
             if error == 0, node.isRegularFile {
-                error = node.session.withLock { session in
+                error = node.withSession { session in
                     guard let session, session.shadow >= 0 else { return 0 }
                     return Backing.check(Backing.withProcPath(session.shadow, change))
                 }

@@ -60,7 +60,7 @@ extension ContainerFileSystem {
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
     private func joinSession(_ request: FuseRequest, node: Node, truncating: Bool, access: CoordinatedAccess,
                              file: FileInfoCopy) {
-        let error: Int32 = node.session.withLock { current in
+        let error: Int32 = node.withSession { current in
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             var error = shadows.prepare(session, of: node, truncated: truncating)
@@ -126,7 +126,7 @@ extension ContainerFileSystem {
                 }
                 close(descriptor)
                 access.end(tookEffect: true)
-                let sessionError: Int32 = node.session.withLock { current in
+                let sessionError: Int32 = node.withSession { current in
                     let session = current ?? WriteSession()
                     let error = self.shadows.prepare(session, of: node, truncated: true)
                     guard error == 0 else { return error }
@@ -152,7 +152,7 @@ extension ContainerFileSystem {
             body(handle.descriptor)
             return 0
         }
-        return handle.node.session.withLock { current in
+        return handle.node.withSession { current in
             guard let session = current else { return EBADF }
             if session.shadow < 0 {
                 let error = shadows.prepare(session, of: handle.node, truncated: false)
@@ -191,7 +191,7 @@ extension ContainerFileSystem {
     /// A write that failed (a full disk) spoils the session's shadow: none of it is published.
     private func failSession(of handle: OpenFile, with error: Int32) {
         guard handle.writesThroughSession else { return }
-        handle.node.session.withLock { if let session = $0 { shadows.fail(session, with: error) } }
+        handle.node.withSession { if let session = $0 { shadows.fail(session, with: error) } }
     }
 
     /// Every close publishes (flush is synchronous with close(2), release is not), so that a program
@@ -201,11 +201,11 @@ extension ContainerFileSystem {
         guard handle.writesThroughSession else { return request.replySuccess() }
         // Only the closes of the process that wrote publish. A shell's redirection closes its first
         // descriptor before anything is written; a truncation alone is published at release.
-        let writer = handle.node.session.withLock { $0?.lastWriter ?? 0 }
+        let writer = handle.node.withSession { $0?.lastWriter ?? 0 }
         guard writer != 0, writer == file.lockOwner else { return request.replySuccess() }
         if ProcessState.isDyingFromSignal(request.caller.pid) {
             // A writer killed mid-session leaves the previous version.
-            handle.node.session.withLock { if let session = $0 { shadows.discard(session) } }
+            handle.node.withSession { if let session = $0 { shadows.discard(session) } }
             return request.replySuccess()
         }
         let (error, published) = publish(handle.node, durably: false)
@@ -226,7 +226,7 @@ extension ContainerFileSystem {
     /// Publishes a session's unpublished writes. The first publish ends the session's coordinated
     /// write, so presenters hear "did change" once the change is there to read.
     private func publish(_ node: Node, durably: Bool) -> (Int32, Bool) {
-        node.session.withLock { current in
+        node.withSession { current in
             guard let session = current, session.dirty || session.failure != 0 else { return (0, false) }
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
@@ -241,7 +241,7 @@ extension ContainerFileSystem {
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }
-        let published: Bool = handle.node.session.withLock { current in
+        let published: Bool = handle.node.withSession { current in
             guard let session = current else { return false }
             session.writers -= 1
             guard session.writers == 0 else { return false }

@@ -140,7 +140,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     /// readers are not misled, since they read with direct I/O meanwhile.
     func currentAttributes(of node: Node) -> (stat, Int32) {
         if node.isRegularFile {
-            let shadowAttributes = node.session.withLock { session -> stat? in
+            let shadowAttributes = node.withSession { session -> stat? in
                 guard let session, session.shadow >= 0 else { return nil }
                 var attributes = stat()
                 return fstat(session.shadow, &attributes) == 0 ? attributes : nil
@@ -176,7 +176,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         guard !writesInPlace(node) else {
             return Backing.check(Backing.withProcPath(node.descriptor) { Glibc.truncate($0, size) })
         }
-        return node.session.withLock { current in
+        return node.withSession { current in
             let session = current ?? WriteSession()
             var error = shadows.prepare(session, of: node, truncated: size == 0)
             if error == 0 { error = Backing.check(ftruncate(session.shadow, size)) }
@@ -194,7 +194,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         guard !metadata.isEmpty else { return 0 }
         let error = applyAttributes(new, fields: metadata, to: node.descriptor, isSymlink: node.isSymlink)
         guard error == 0, node.isRegularFile else { return error }
-        return node.session.withLock { session in
+        return node.withSession { session in
             guard let session, session.shadow >= 0 else { return 0 }
             return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
         }

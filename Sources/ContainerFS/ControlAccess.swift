@@ -38,7 +38,7 @@ extension ContainerFileSystem {
     public func writeSessionStatuses() -> [WriteSessionStatus] {
         nodes.all().compactMap { node in
             guard node.isRegularFile else { return nil }
-            let shadowBytes: UInt64?? = node.session.withLock { session in
+            let shadowBytes: UInt64?? = node.withSession { session in
                 guard let session else { return nil }
                 var attributes = stat()
                 return .some(session.shadow >= 0 && fstat(session.shadow, &attributes) == 0 ? UInt64(attributes.st_size) : nil)

@@ -42,8 +42,11 @@ final class Node {
     /// The parent and name the node was last seen under; guarded by the node table's lock.
     var parent: Node?
     var name: [UInt8]
-    /// The write session of a regular file written through atomic replace.
-    let session = Locked<WriteSession?>(nil)
+    /// The write session of a regular file written through atomic replace; reached through `withSession`.
+    private var writeSession: WriteSession?
+    /// Session locks are shared by stripes of nodes: a lock for each of the files the kernel knows
+    /// would cost more memory than the rest of the node. No code holds two sessions at once.
+    private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int>(0)
 
@@ -58,6 +61,12 @@ final class Node {
     }
 
     deinit { close(descriptor) }
+
+    /// Runs `body` with the node's write session, under its stripe's lock.
+    func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
+        let stripe = Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
+        return Node.sessionLocks[stripe].withLock { body(&writeSession) }
+    }
 
     var isDirectory: Bool { fileType == S_IFDIR }
     var isSymlink: Bool { fileType == S_IFLNK }

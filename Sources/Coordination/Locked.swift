@@ -32,3 +32,21 @@ public final class Locked<State> {
 }
 
 extension Locked: @unchecked Sendable where State: Sendable {}
+
+/// A pthread mutex guarding no state of its own (for state kept elsewhere, such as lock stripes).
+public final class PlainMutex: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+
+    public init() { pthread_mutex_init(mutex, nil) }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    public func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+}
