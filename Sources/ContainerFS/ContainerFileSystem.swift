@@ -274,6 +274,6 @@ extension ContainerFileSystem {
     /// Tells the kernel that the name a node was last seen under is gone (removed behind its back).
     func forgetName(of node: Node) {
         guard let (parent, name) = nodes.place(of: node) else { return }
-        name.withUnsafeBytes { kernel?.invalidateEntry(parent: nodes.inodeNumber(of: parent), name: $0) }
+        _ = name.withUnsafeBytes { kernel?.invalidateEntry(parent: nodes.inodeNumber(of: parent), name: $0) }
     }
 }

@@ -28,13 +28,12 @@ struct SyslogLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String,
-             file: String, function: String, line: UInt) {
-        let all = self.metadata.merging(metadata ?? [:]) { $1 }
+    func log(event: LogEvent) {
+        let all = metadata.merging(event.metadata ?? [:]) { $1 }
         let details = all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        let text = details.isEmpty ? "\(message)" : "\(message) \(details)"
+        let text = details.isEmpty ? "\(event.message)" : "\(event.message) \(details)"
         let priority: Int32
-        switch level {
+        switch event.level {
         case .trace, .debug: priority = LOG_DEBUG
         case .info, .notice: priority = LOG_INFO
         case .warning: priority = LOG_WARNING
