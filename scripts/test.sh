@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="/opt/swift/usr/bin:$PATH"
 swift build --build-tests
-swift test --skip-build "$@"
+# The tests are XCTest; skipping the empty Swift Testing pass keeps the closing line the real count.
+swift test --skip-build --disable-swift-testing "$@"
