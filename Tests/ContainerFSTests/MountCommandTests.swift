@@ -134,6 +134,19 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(result.error.contains("could not unmount"), result.error)
     }
 
+    func testAMissingOrForbiddenFuseDeviceIsExplained() throws {
+        try XCTSkipIf(geteuid() != 0, "hiding /dev/fuse in a private mount namespace needs root")
+        let binary = Shell.quote(MountedStore.executable)
+        let arguments = "mount -f \(Shell.quote(storePath)) \(Shell.quote(mountPoint))"
+        let missing = Shell.run("unshare --mount sh -c 'mount -t tmpfs none /dev && \(binary) \(arguments)'")
+        XCTAssertNotEqual(missing.status, 0)
+        XCTAssertTrue(missing.error.contains("/dev/fuse is missing") && missing.error.contains("modprobe fuse"), missing.error)
+        let forbidden = Shell.run("setpriv --reuid=4242 --regid=4242 --clear-groups \(binary) \(arguments)")
+        XCTAssertNotEqual(forbidden.status, 0)
+        XCTAssertTrue(forbidden.error.contains("/dev/fuse is not readable and writable by you"), forbidden.error)
+        XCTAssertFalse(isMounted)
+    }
+
     func testOptionsOfMountAndFstabAreAccepted() {
         let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o rw,noauto,nofail,_netdev,x-systemd.automount,app=com.example.notes,allow_other")
         XCTAssertEqual(mount.status, 0, mount.error)
