@@ -267,8 +267,6 @@ final class NodeTable {
         return base.appending(component)
     }
 
-    var count: Int { state.withLock { $0.nodes.count } }
-
     /// Every node in the index now.
     func all() -> [Node] { state.withLock { Array($0.nodes.values) } }
 }

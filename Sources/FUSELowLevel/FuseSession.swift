@@ -53,19 +53,11 @@ public final class FuseSession {
         signalHandlersInstalled = true
     }
 
-    /// Detaches into the background unless `foreground`; the parent exits once the child is ready.
-    /// Call before any thread is started.
-    public func daemonize(foreground: Bool) throws {
-        guard fuse_daemonize(foreground ? 1 : 0) == 0 else { throw FuseError("could not detach into the background") }
-    }
-
-    /// Serves requests until unmounted or told to stop. Returns 0 on a clean end.
+    /// Serves requests until unmounted or stopped by a signal. Returns 0 when unmounted, the
+    /// signal's number when one stopped it (both clean ends), or a negative errno.
     public func run(multithreaded: Bool = true, maxIdleThreads: UInt32 = 10, maxThreads: UInt32 = 64) -> Int32 {
         multithreaded ? cfuse_session_loop_mt(session, maxIdleThreads, maxThreads) : fuse_session_loop(session)
     }
-
-    /// Stops the loop from any thread.
-    public func exit() { fuse_session_exit(session) }
 
     public func unmount() {
         if mounted {

@@ -27,16 +27,10 @@ public struct FuseRequest: @unchecked Sendable {
         return Caller(uid: context.uid, gid: context.gid, pid: context.pid, umask: context.umask)
     }
 
-    /// Whether the caller gave up on this request (a signal interrupted its system call).
-    public var isInterrupted: Bool { fuse_req_interrupted(raw) != 0 }
-
     /// Answers with an errno, or success (0) for requests that return nothing else.
     @inlinable public func reply(error: Int32) { fuse_reply_err(raw, error) }
 
     @inlinable public func replySuccess() { fuse_reply_err(raw, 0) }
-
-    /// For `forget`, which takes no answer.
-    @inlinable public func replyNone() { fuse_reply_none(raw) }
 
     @inlinable public func reply(entry: inout fuse_entry_param) { fuse_reply_entry(raw, &entry) }
 
@@ -86,19 +80,9 @@ public struct FileInfo: @unchecked Sendable {
         nonmutating set { raw.pointee.fh = newValue }
     }
 
-    @inlinable public var keepCache: Bool {
-        get { raw.pointee.keep_cache != 0 }
-        nonmutating set { raw.pointee.keep_cache = newValue ? 1 : 0 }
-    }
-
     @inlinable public var directIO: Bool {
         get { raw.pointee.direct_io != 0 }
         nonmutating set { raw.pointee.direct_io = newValue ? 1 : 0 }
-    }
-
-    @inlinable public var cacheDirectory: Bool {
-        get { raw.pointee.cache_readdir != 0 }
-        nonmutating set { raw.pointee.cache_readdir = newValue ? 1 : 0 }
     }
 
     @inlinable public var lockOwner: UInt64 { raw.pointee.lock_owner }
