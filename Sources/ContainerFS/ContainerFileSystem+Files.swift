@@ -27,14 +27,13 @@ extension ContainerFileSystem {
         // the name up again and retry.
         guard !isStale(node) else { return request.reply(error: ESTALE) }
         let info = FileInfoCopy(file)
-        let path = nodes.itemPath(of: node)
         if writing && !writesInPlace(node) {
-            return coordination.perform(.write(path), isDirectory: false, caller: request.caller) { access in
+            return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
                 self.joinSession(request, node: node, truncating: flags & O_TRUNC != 0, access: access, file: info)
             }
         }
-        let operation: CoordinatedOperation = writing ? .write(path) : .read(path, options: [])
-        coordination.perform(operation, isDirectory: node.isDirectory, caller: request.caller) { access in
+        coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
+                             isDirectory: node.isDirectory, caller: request.caller) { access in
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
             let descriptor = Backing.withProcPath(node.descriptor) { Glibc.open($0, openFlags) }

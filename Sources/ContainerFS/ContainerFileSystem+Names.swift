@@ -75,8 +75,8 @@ extension ContainerFileSystem {
         if denied == 0 { denied = Policy.remove(parentNode.zone.child(named: name.bytes)) }
         guard denied == 0 else { return request.reply(error: denied) }
         let owned = OwnedName(name)
-        let path = nodes.itemPath(of: parentNode, appending: owned.bytes)
-        coordination.perform(.delete(path), isDirectory: flags != 0, caller: request.caller) { access in
+        coordination.perform(.delete(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: flags != 0,
+                             caller: request.caller) { access in
             let error = owned.withPointer { Backing.check(unlinkat(parentNode.descriptor, $0, flags)) }
             access.end(tookEffect: error == 0)
             request.reply(error: error)
@@ -98,15 +98,17 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
 
         let oldName = OwnedName(name), newOwned = OwnedName(newName)
-        let sourcePath = nodes.itemPath(of: from, appending: oldName.bytes)
-        let destinationPath = nodes.itemPath(of: to, appending: newOwned.bytes)
         // An editor's save (a new file renamed over the old one) is a change of the old one, not a deletion.
         let savesOver = replacing && flags & RENAME_EXCHANGE == 0
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
-        let operation: CoordinatedOperation = savesOver
-            ? .saveByReplacing(temporary: sourcePath, original: destinationPath)
-            : .move(from: sourcePath, to: destinationPath, replacesDestination: replacing)
-        coordination.perform(operation, isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
+        func operation() -> CoordinatedOperation {
+            let sourcePath = nodes.itemPath(of: from, appending: oldName.bytes)
+            let destinationPath = nodes.itemPath(of: to, appending: newOwned.bytes)
+            return savesOver
+                ? .saveByReplacing(temporary: sourcePath, original: destinationPath)
+                : .move(from: sourcePath, to: destinationPath, replacesDestination: replacing)
+        }
+        coordination.perform(operation(), isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
                     Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))

@@ -158,9 +158,8 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         if denied == 0, fields.contains(.size) { denied = Policy.write(node.zone) }
         guard denied == 0 else { return request.reply(error: denied) }
         let new = attributes.pointee
-        let path = nodes.itemPath(of: node)
-        let operation: CoordinatedOperation = fields.contains(.size) ? .write(path) : .metadataChange(path)
-        coordination.perform(operation, isDirectory: node.isDirectory, caller: request.caller) { access in
+        coordination.perform(fields.contains(.size) ? .write(nodes.itemPath(of: node)) : .metadataChange(nodes.itemPath(of: node)),
+                             isDirectory: node.isDirectory, caller: request.caller) { access in
             var published = false
             var error: Int32 = 0
             if fields.contains(.size) { error = self.truncate(node, to: new.st_size, published: &published) }

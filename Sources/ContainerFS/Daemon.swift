@@ -77,6 +77,7 @@ public enum Daemon {
         defer { server.stop() }
         let coordination = MountCoordination(engine: server.engine)
         coordination.clientOf = { server.ownerOf(pid: $0) }
+        coordination.hasClients = { server.hasClients }
         let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
                                                  rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
                                                  rootApp: configuration.app,

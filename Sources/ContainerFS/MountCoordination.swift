@@ -14,6 +14,9 @@ public final class MountCoordination: @unchecked Sendable {
     public let waitLimit: Duration
     /// The control-socket client a process belongs to, once the control server runs.
     public var clientOf: @Sendable (pid_t) -> OwnerID? = { _ in nil }
+    /// Whether any client is connected. Without one there is nobody to coordinate with (ordinary
+    /// programs never block each other) and no presenter to tell, so operations skip the engine.
+    public var hasClients: @Sendable () -> Bool = { true }
 
     static let ordinaryPurpose = PurposeID("containerfs.ordinary-programs")
     static let clientPurpose = PurposeID("containerfs.filesystem")
@@ -25,8 +28,10 @@ public final class MountCoordination: @unchecked Sendable {
 
     /// Runs `body` inside a coordinated `operation` made for `caller`, now or later on another
     /// thread. `body` must end the access it gets.
-    func perform(_ operation: CoordinatedOperation, isDirectory: Bool, caller: Caller,
+    func perform(_ operation: @autoclosure () -> CoordinatedOperation, isDirectory: Bool, caller: Caller,
                  _ body: @escaping (CoordinatedAccess) -> Void) {
+        guard hasClients() else { return body(CoordinatedAccess(session: nil)) }
+        let operation = operation()
         let client = clientOf(caller.pid)
         let owner = client ?? .ordinaryPrograms
         let purpose = client == nil ? MountCoordination.ordinaryPurpose : MountCoordination.clientPurpose

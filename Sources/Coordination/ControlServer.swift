@@ -1,4 +1,5 @@
 import Dispatch
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -55,6 +56,11 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     private let log: @Sendable (String) -> Void
     private let writeSessions: Locked<@Sendable () -> [WriteSessionStatus]>
     private let state = Locked(ServerState())
+    /// Connected clients, readable without the lock on every filesystem request.
+    private let connectedClients = Atomic<Int>(0)
+
+    /// Whether any client is connected: without one there are no presenters and no client accesses.
+    public var hasClients: Bool { connectedClients.load(ordering: .acquiring) > 0 }
     private let acceptQueue = DispatchQueue(label: "containerfs.control.accept")
     /// Reads a process's parent and thread-group ids; /proc by default, injected by tests.
     let processInfo: @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?
@@ -260,6 +266,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 let connection = Connection(owner: OwnerID(state.lastOwner), fd: fd, credentials: credentials,
                                             server: self)
                 state.connections[connection.owner] = connection
+                connectedClients.add(1, ordering: .releasing)
                 state.ownersByPID[credentials.processID, default: []].insert(connection.owner)
                 state.ownerCache.removeAll()
                 return connection
@@ -277,7 +284,9 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// Called once per connection, on its queue, when it closed.
     fileprivate func connectionClosed(_ connection: Connection, reason: String) {
         state.withLock { state in
-            state.connections.removeValue(forKey: connection.owner)
+            if state.connections.removeValue(forKey: connection.owner) != nil {
+                connectedClients.subtract(1, ordering: .releasing)
+            }
             let pid = connection.credentials.processID
             state.ownersByPID[pid]?.remove(connection.owner)
             if state.ownersByPID[pid]?.isEmpty == true { state.ownersByPID.removeValue(forKey: pid) }
