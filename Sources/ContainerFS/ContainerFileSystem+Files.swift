@@ -29,7 +29,12 @@ extension ContainerFileSystem {
         let info = FileInfoCopy(file)
         if writing && !writesInPlace(node) {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
-                self.joinSession(request, node: node, truncating: flags & O_TRUNC != 0, access: access, file: info)
+                let error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access)
+                guard error == 0 else {
+                    access.end(tookEffect: false)
+                    return request.reply(error: error)
+                }
+                info.reply(request, with: self.sessionHandle(for: node), directIO: true)
             }
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
@@ -57,9 +62,9 @@ extension ContainerFileSystem {
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
-    private func joinSession(_ request: FuseRequest, node: Node, truncating: Bool, access: CoordinatedAccess,
-                             file: FileInfoCopy) {
-        let error: Int32 = node.withSession { current in
+    /// A new session keeps `access` until its first publish; a running one holds its own already.
+    private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
+        node.withSession { current in
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             var error = shadows.prepare(session, of: node, truncated: truncating)
@@ -75,19 +80,17 @@ extension ContainerFileSystem {
                 session.access = access
                 current = session
             } else {
-                // The running session already holds the coordinated write.
-                access.end(tookEffect: false)
+                access?.end(tookEffect: false)
             }
             session.writers += 1
             return 0
         }
-        guard error == 0 else {
-            access.end(tookEffect: false)
-            return request.reply(error: error)
-        }
-        // Writers bypass the page cache, which readers of the published version share.
-        file.reply(request, with: OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil),
-                   directIO: true)
+    }
+
+    /// A handle writing through its node's session. Writers bypass the page cache, which readers
+    /// of the published version share.
+    private func sessionHandle(for node: Node) -> OpenFile {
+        OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil)
     }
 
     public func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo) {
@@ -125,21 +128,12 @@ extension ContainerFileSystem {
                 }
                 close(descriptor)
                 access.end(tookEffect: true)
-                let sessionError: Int32 = node.withSession { current in
-                    let session = current ?? WriteSession()
-                    let error = self.shadows.prepare(session, of: node, truncated: true)
-                    guard error == 0 else { return error }
-                    session.writers += 1
-                    current = session
-                    return 0
-                }
+                let sessionError = self.joinSession(of: node, truncating: false, access: nil)
                 guard sessionError == 0 else {
                     self.forget(entry.ino, count: 1)
                     return request.reply(error: sessionError)
                 }
-                info.replyCreated(request, entry: &entry,
-                                  with: OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil),
-                                  directIO: true)
+                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: node), directIO: true)
             }
         }
     }

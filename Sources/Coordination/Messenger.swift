@@ -3,20 +3,6 @@
 // (container semantics, section 3.3): a presenter that does not answer in time counts as having
 // answered, is marked unresponsive in the registry, and gets a shorter wait until it answers again.
 
-public struct MessageID: Hashable, Sendable, Codable, CustomStringConvertible {
-    public let rawValue: UInt64
-    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
-    public var description: String { "message#\(rawValue)" }
-
-    public init(from decoder: Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(UInt64.self)
-    }
-    public func encode(to encoder: Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
-}
-
 /// Carries messages to the client that owns a presenter (in the daemon: the control socket).
 public protocol PresenterTransport: Sendable {
     /// Must not block. A message that expects a reply is answered by a later
