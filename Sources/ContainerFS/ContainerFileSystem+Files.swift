@@ -34,7 +34,7 @@ extension ContainerFileSystem {
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
-                info.reply(request, with: self.sessionHandle(for: node), directIO: true)
+                info.reply(request, with: self.sessionHandle(for: node, flags: flags), cache: .bypass)
             }
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
@@ -47,11 +47,15 @@ extension ContainerFileSystem {
                 access.end(tookEffect: false)
                 return request.reply(error: error)
             }
-            let handle = OpenFile(descriptor: descriptor, node: node, access: access)
-            // Each reader keeps the version it opened: the kernel's page cache and size are one per
-            // inode, shared with writers and later versions, so reads of replaced files bypass them.
-            let versioned = node.isRegularFile && !node.zone.writesInPlaceByDefault
-            info.reply(request, with: handle, directIO: versioned)
+            guard node.isRegularFile else {
+                return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
+            }
+            // Each reader keeps the version it opened (see PageCache).
+            let versioned = !writing && !node.zone.writesInPlaceByDefault
+            let cache = self.cacheUse(of: node, descriptor: descriptor, versioned: versioned)
+            let handle = OpenFile(descriptor: descriptor, node: node, access: access,
+                                  countedReader: versioned && cache != .bypass)
+            info.reply(request, with: handle, cache: cache)
         }
     }
 
@@ -64,7 +68,7 @@ extension ContainerFileSystem {
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
     /// A new session keeps `access` until its first publish; a running one holds its own already.
     private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
-        node.withSession { current in
+        node.withFileState { current, cache in
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             var error = shadows.prepare(session, of: node, truncated: truncating)
@@ -79,6 +83,8 @@ extension ContainerFileSystem {
             if current == nil {
                 session.access = access
                 current = session
+                // Cached readers keep their version while the kernel's size follows the writer.
+                if cache.readers > 0 { cache.readersOutdated = true }
             } else {
                 access?.end(tookEffect: false)
             }
@@ -89,8 +95,8 @@ extension ContainerFileSystem {
 
     /// A handle writing through its node's session. Writers bypass the page cache, which readers
     /// of the published version share.
-    private func sessionHandle(for node: Node) -> OpenFile {
-        OpenFile(descriptor: -1, node: node, writesThroughSession: true, access: nil)
+    private func sessionHandle(for node: Node, flags: Int32) -> OpenFile {
+        OpenFile(descriptor: -1, node: node, writesThroughSession: true, appends: flags & O_APPEND != 0, access: nil)
     }
 
     public func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo) {
@@ -124,7 +130,7 @@ extension ContainerFileSystem {
                 let node = self.nodes.node(entry.ino)
                 if self.writesInPlace(node) {
                     return info.replyCreated(request, entry: &entry,
-                                             with: OpenFile(descriptor: descriptor, node: node, access: access), directIO: false)
+                                             with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
                 }
                 close(descriptor)
                 access.end(tookEffect: true)
@@ -133,7 +139,7 @@ extension ContainerFileSystem {
                     self.forget(entry.ino, count: 1)
                     return request.reply(error: sessionError)
                 }
-                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: node), directIO: true)
+                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: node, flags: flags), cache: .bypass)
             }
         }
     }
@@ -172,7 +178,11 @@ extension ContainerFileSystem {
         let handle = Handle.get(file, as: OpenFile.self)
         handle.wrote = true
         var written = 0
-        let error = withDescriptor(of: handle, writer: file.lockOwner) { written = cfuse_write_buf_to_fd(data, $0, offset) }
+        let error = withDescriptor(of: handle, writer: file.lockOwner) { descriptor in
+            // An appending writer's offset is the kernel's size, which cached readers of the previous
+            // version may have set back to theirs: appends go to the shadow's end.
+            written = cfuse_write_buf_to_fd(data, descriptor, handle.appends ? Glibc.lseek(descriptor, 0, SEEK_END) : offset)
+        }
         if error != 0 { return request.reply(error: error) }
         guard written >= 0 else {
             failSession(of: handle, with: Int32(-written))
@@ -202,7 +212,7 @@ extension ContainerFileSystem {
             return request.replySuccess()
         }
         let (error, published) = publish(handle.node, durably: false)
-        if published { dropCachedData(of: handle.node) }
+        if published { didPublish(handle.node) }
         request.reply(error: error)
     }
 
@@ -212,7 +222,7 @@ extension ContainerFileSystem {
             return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
         }
         let (error, published) = publish(handle.node, durably: true)
-        if published { dropCachedData(of: handle.node) }
+        if published { didPublish(handle.node) }
         request.reply(error: error)
     }
 
@@ -231,21 +241,22 @@ extension ContainerFileSystem {
     public func release(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
         let handle = Handle.take(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
+            if handle.countedReader { cachedReaderClosed(handle.node) }
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }
-        let published: Bool = handle.node.withSession { current in
-            guard let session = current else { return false }
+        let (ended, published): (Bool, Bool) = handle.node.withSession { current in
+            guard let session = current else { return (false, false) }
             session.writers -= 1
-            guard session.writers == 0 else { return false }
+            guard session.writers == 0 else { return (false, false) }
             let wasDirty = session.dirty
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: wasDirty && error == 0)
             current = nil
-            return wasDirty && error == 0
+            return (true, wasDirty && error == 0)
         }
         request.replySuccess()
-        if published { dropCachedData(of: handle.node) }
+        if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }
     }
 
     public func fallocate(_ request: FuseRequest, inode: InodeNumber, mode: Int32, offset: off_t, length: off_t,
@@ -280,22 +291,23 @@ struct FileInfoCopy: @unchecked Sendable {
 
     init(_ file: FileInfo) { info = file.raw.pointee }
 
-    func reply(_ request: FuseRequest, with handle: OpenFile, directIO: Bool) {
-        var info = prepared(handle, directIO: directIO)
+    func reply(_ request: FuseRequest, with handle: OpenFile, cache: CacheUse) {
+        var info = prepared(handle, cache: cache)
         withUnsafeMutablePointer(to: &info) { request.reply(opened: FileInfo($0)) }
     }
 
-    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, directIO: Bool) {
-        var info = prepared(handle, directIO: directIO)
+    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, cache: CacheUse) {
+        var info = prepared(handle, cache: cache)
         withUnsafeMutablePointer(to: &info) { request.reply(created: &entry, file: FileInfo($0)) }
     }
 
-    private func prepared(_ handle: OpenFile, directIO: Bool) -> fuse_file_info {
+    private func prepared(_ handle: OpenFile, cache: CacheUse) -> fuse_file_info {
         var info = self.info
         withUnsafeMutablePointer(to: &info) { pointer in
             let file = FileInfo(pointer)
             Handle.store(handle, in: file)
-            file.directIO = directIO
+            file.directIO = cache == .bypass
+            file.keepCache = cache == .keep
         }
         return info
     }

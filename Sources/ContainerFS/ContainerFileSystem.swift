@@ -95,7 +95,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes
-        entry.attr_timeout = timeouts.attributes
+        entry.attr_timeout = attributeTimeout(of: node)
         entry.entry_timeout = timeouts.entries
         return 0
     }
@@ -130,14 +130,16 @@ public final class ContainerFileSystem: LowLevelFileSystem {
 
     public func getattr(_ request: FuseRequest, inode: InodeNumber, file: FileInfo?) {
         let node = nodes.node(inode)
-        var (attributes, error) = currentAttributes(of: node)
+        // The kernel names the handle when a read or seek on it needs the size (regular files only).
+        var (attributes, error) = file.map { self.attributes(seenThrough: Handle.get($0, as: OpenFile.self)) }
+            ?? currentAttributes(of: node)
         guard error == 0 else { return request.reply(error: error) }
         visible(&attributes, of: node)
-        request.reply(attributes: &attributes, validFor: timeouts.attributes)
+        request.reply(attributes: &attributes, validFor: attributeTimeout(of: node))
     }
 
-    /// A file being written shows its writer's view (the shadow), so that appends land at its end;
-    /// readers are not misled, since they read with direct I/O meanwhile.
+    /// A file being written shows its writer's view (the shadow). Readers asking through their
+    /// handles see their own version (see PageCache).
     func currentAttributes(of node: Node) -> (stat, Int32) {
         if node.isRegularFile {
             let shadowAttributes = node.withSession { session -> stat? in
@@ -166,7 +168,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
             access.end(tookEffect: error == 0)
             error == 0 ? self.getattr(request, inode: inode, file: nil) : request.reply(error: error)
-            if published { self.dropCachedData(of: node) }
+            if published { self.didPublish(node) }
         }
     }
 
@@ -223,11 +225,6 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             if error != 0 { return error }
         }
         return 0
-    }
-
-    /// Tells the kernel a file's cached pages and attributes are stale (a publish replaced it).
-    func dropCachedData(of node: Node) {
-        kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: 0, length: 0)
     }
 
     /// The extended attribute that opts a file, or everything below a directory, into in-place writes.

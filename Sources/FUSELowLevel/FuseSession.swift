@@ -74,7 +74,8 @@ public final class FuseSession {
         fuse_lowlevel_notify_inval_entry(session, parent, name.baseAddress?.assumingMemoryBound(to: CChar.self), name.count)
     }
 
-    /// Drops the kernel's cached attributes and, for the range given, data of `inode` (length 0: all of it).
+    /// Drops the kernel's cached attributes and, for the range given, data of `inode` (length 0: all of it;
+    /// a negative offset: none).
     @discardableResult
     public func invalidateInode(_ inode: InodeNumber, offset: off_t = 0, length: off_t = 0) -> Int32 {
         fuse_lowlevel_notify_inval_inode(session, inode, offset, length)

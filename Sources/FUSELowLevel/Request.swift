@@ -85,6 +85,12 @@ public struct FileInfo: @unchecked Sendable {
         nonmutating set { raw.pointee.direct_io = newValue ? 1 : 0 }
     }
 
+    /// Keeps the kernel's cached pages of the file at open (they still match it).
+    @inlinable public var keepCache: Bool {
+        get { raw.pointee.keep_cache != 0 }
+        nonmutating set { raw.pointee.keep_cache = newValue ? 1 : 0 }
+    }
+
     @inlinable public var lockOwner: UInt64 { raw.pointee.lock_owner }
 }
 

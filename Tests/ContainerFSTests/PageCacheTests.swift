@@ -1,0 +1,111 @@
+import Foundation
+import Glibc
+import XCTest
+
+/// Readers go through the kernel's page cache while that keeps each reader's version whole
+/// (container-semantics.md, section 4), and keep the cache while the file has not changed.
+final class PageCacheTests: MountedTestCase {
+    /// Python that counts the pages of a file the kernel holds (mincore on a mapping).
+    private let residentPages = """
+    def resident(path):
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open(path, 'rb') as f:
+            size = os.fstat(f.fileno()).st_size
+            m = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            pages = (size + 4095) // 4096
+            vec = (ctypes.c_ubyte * pages)()
+            start = ctypes.c_char.from_buffer(m)
+            libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            assert libc.mincore(ctypes.addressof(start), size, vec) == 0, ctypes.get_errno()
+            del start
+            count = sum(b & 1 for b in vec)
+            m.close()
+            return count
+    """
+
+    func testAnUnchangedFileKeepsItsCachedPagesAndANewVersionDropsThem() {
+        sh("python3 -c \"open('Documents/c', 'w').write('A' * 1000000)\"")
+        syscall(residentPages + """
+
+        assert open('Documents/c').read() == 'A' * 1000000
+        kept = resident('Documents/c')
+        assert kept > 200, ('pages kept after the reader closed', kept)
+        with open('Documents/c', 'w') as w:
+            w.write('B' * 1000000)
+        assert resident('Documents/c') == 0, 'the published version is not read from the old pages'
+        assert open('Documents/c').read() == 'B' * 1000000
+        """, errno: 0)
+    }
+
+    func testACachedReaderKeepsItsVersionThroughAWholeWriteSession() {
+        // Bigger than read-ahead, so that the reader asks the daemon again after each change. Made in
+        // the store: a session's release, which comes after close, would make the reader bypass the cache.
+        XCTAssertTrue(FileManager.default.createFile(atPath: mounted.backing() + "/Documents/v",
+                                                     contents: Data((0..<16384).flatMap { _ in (0...255).map { UInt8($0) } })))
+        syscall("""
+        import subprocess
+        old = bytes(range(256)) * 16384
+        reader = open('Documents/v', 'rb', buffering=0)
+        got = bytearray()
+        def read(count):
+            chunk = reader.read(count)
+            assert len(chunk) == min(count, len(old) - len(got)), ('cut short at', len(got), len(chunk))
+            got.extend(chunk)
+        read(100000)
+        writer = open('Documents/v', 'wb')
+        read(100000)
+        writer.write(b'new' * 10)
+        writer.flush()
+        os.stat('Documents/v')  # the kernel hears the shadow's size
+        read(1000000)
+        writer.write(b'x' * 5000000)
+        writer.flush()
+        subprocess.run(['stat', 'Documents/v'], capture_output=True)
+        read(1000000)
+        writer.close()
+        subprocess.run(['stat', 'Documents/v'], capture_output=True)
+        read(1 << 30)
+        assert reader.read(1 << 20) == b''
+        assert got == old
+        reader.close()
+        assert open('Documents/v', 'rb').read() == b'new' * 10 + b'x' * 5000000
+        """, errno: 0)
+    }
+
+    func testAppendsLandAtTheEndWhileAnOlderReaderReadsAtItsEnd() {
+        // tail -f on a log while a program appends to it: the reader's reads at its end set the
+        // kernel's size back to its version's.
+        XCTAssertTrue(FileManager.default.createFile(atPath: mounted.backing() + "/Documents/log", contents: Data("line 1\n".utf8)))
+        syscall("""
+        reader = open('Documents/log', 'rb', buffering=0)
+        assert reader.read() == b'line 1\\n'
+        writer = open('Documents/log', 'ab', buffering=0)
+        for number in range(2, 6):
+            writer.write(b'line %d\\n' % number)
+            assert reader.read() == b''
+        writer.close()
+        reader.close()
+        assert open('Documents/log', 'rb').read() == b''.join(b'line %d\\n' % n for n in range(1, 6))
+        """, errno: 0)
+    }
+
+    func testAChangeBehindTheDaemonsBackIsNotServedFromTheCache() throws {
+        sh("printf 'AAAA' > Documents/behind && cat Documents/behind")
+        // Same inode and size: only the modification time tells.
+        let descriptor = Glibc.open(mounted.backing() + "/Documents/behind", O_WRONLY)
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+        XCTAssertEqual(pwrite(descriptor, "BBBB", 4, 0), 4)
+        XCTAssertEqual(futimens(descriptor, &times), 0)
+        close(descriptor)
+        XCTAssertEqual(sh("cat Documents/behind"), "BBBB")
+    }
+
+    func testTmpKeepsItsCachedPagesToo() {
+        sh("python3 -c \"open('tmp/c', 'w').write('A' * 1000000)\" && cat tmp/c > /dev/null")
+        syscall(residentPages + """
+
+        assert resident('tmp/c') > 200
+        """, errno: 0)
+    }
+}
