@@ -52,6 +52,8 @@ CONFIG = {
     "BENCH_META_FILES": env_int("BENCH_META_FILES", 10000),     # files created, stat'ed and unlinked
     "BENCH_TREE": os.environ.get("BENCH_TREE", "/usr/include"),  # source tree for ls -lR and tar
     "BENCH_SAVES": env_int("BENCH_SAVES", 1000),                # editor saves per run
+    "BENCH_OVERWRITES": env_int("BENCH_OVERWRITES", 1000),      # O_TRUNC overwrites of one file
+    "BENCH_OVERWRITE_SIZE": os.environ.get("BENCH_OVERWRITE_SIZE", "64K"),  # what each overwrite writes
     "BENCH_CP_SIZE": os.environ.get("BENCH_CP_SIZE", "1M"),     # file copied over an existing one
     "BENCH_CP_RUNS": env_int("BENCH_CP_RUNS", 30),              # hyperfine runs of that cp
     "BENCH_MANY_FILES": env_int("BENCH_MANY_FILES", 100000),    # files listed for the memory workload
@@ -312,6 +314,24 @@ def workload_save(directory):
     return {"editor_save": (elapsed / count * 1000, f"{count / elapsed:.0f} saves/s")}
 
 
+def workload_overwrite(directory):
+    """The goal's measure of atomic replace: open an existing file with O_TRUNC, write, close."""
+    count = CONFIG["BENCH_OVERWRITES"]
+    size = parse_size(CONFIG["BENCH_OVERWRITE_SIZE"])
+    path = os.path.join(directory, "overwrite.bin")
+    content = os.urandom(size)
+    with open(path, "wb") as file:
+        file.write(content)
+    start = time.perf_counter()
+    for _ in range(count):
+        descriptor = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.write(descriptor, content)
+        os.close(descriptor)
+    elapsed = time.perf_counter() - start
+    os.unlink(path)
+    return {"overwrite": (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
+
+
 def workload_cp(directory, source, scratch):
     folder = os.path.join(directory, "cp")
     os.mkdir(folder)
@@ -417,6 +437,7 @@ WORKLOADS = [
     ("tar_create", "tar create of that tree (cold cache)", "s", 1, TARGETS),
     ("rm_rf", "rm -rf of that tree", "s", 1, TARGETS),
     ("editor_save", "editor save (write tmp, fsync, rename over), per save", "ms", 1, TARGETS),
+    ("overwrite", "open with O_TRUNC, write {overwrite_size}, close, per file", "ms", 1, TARGETS),
     ("cp_over", "cp {cp_size} over an existing file (hyperfine median)", "ms", 1, TARGETS),
     ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "docs"]),
     ("idle_rss", "daemon memory right after mounting (VmRSS)", "MiB", 1 / 1024, ["passthrough", "docs"]),
@@ -629,10 +650,12 @@ def main():
             ("metadata", workload_metadata),
             ("tree", lambda place: workload_tree(place, archive, work)),
             ("editor save", workload_save),
+            ("overwrite", workload_overwrite),
             ("cp", lambda place: workload_cp(place, cp_source, work)),
         ]
+        only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
         order = list(places)
-        for name, step in steps:
+        for name, step in [(name, step) for name, step in steps if not only or name in only]:
             for rep in range(reps):
                 # Each repetition starts with another column, so that none always follows the
                 # previous step's writeback; and each step starts with nothing dirty.
@@ -642,7 +665,8 @@ def main():
                     start = time.perf_counter()
                     results.add(target, step(place))
                     log(f"{name} rep {rep + 1}/{reps} {target}: {time.perf_counter() - start:.1f} s")
-        results.add("docs", notification_latency(places["docs"], arguments.containerfs))
+        if not only or "latency" in only:
+            results.add("docs", notification_latency(places["docs"], arguments.containerfs))
     finally:
         daemons.stop_all()
 
@@ -654,6 +678,7 @@ def main():
             "tree": "a copy of " + tree,
             "tree_files": f"{tree_files:,}",
             "cp_size": size_label(CONFIG["BENCH_CP_SIZE"]),
+            "overwrite_size": size_label(CONFIG["BENCH_OVERWRITE_SIZE"]),
             "many": f"{memory.get('files_listed', CONFIG['BENCH_MANY_FILES']):,}",
             "presenters": f"{CONFIG['BENCH_PRESENTERS']:,}",
         },
