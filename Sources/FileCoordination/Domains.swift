@@ -29,6 +29,15 @@ protocol CoordinationDomain: AnyObject, Sendable {
     func itemDidMove(from source: ItemPath, to destination: ItemPath, purpose: PurposeID)
 }
 
+/// The file URL of `path` below `root`, made without touching the filesystem: `URL(fileURLWithPath:)`
+/// without `isDirectory` calls stat to find out, and a presenter's callback must never wait on the
+/// mount, since the operation it is hearing about may be waiting for its answer.
+func fileURL(root: String, _ path: ItemPath) -> URL {
+    let relative = String(decoding: path.bytes, as: UTF8.self)
+    let joined = relative.isEmpty ? root : root.hasSuffix("/") ? root + relative : root + "/" + relative
+    return URL(fileURLWithPath: joined, isDirectory: relative.isEmpty)
+}
+
 /// Finds the domain and path of a URL.
 enum Placement {
     /// Replaced by tests to fake mounts.
@@ -154,7 +163,7 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
     }
 
     func url(for path: ItemPath) -> URL {
-        URL(fileURLWithPath: "/" + String(decoding: path.bytes, as: UTF8.self))
+        fileURL(root: "/", path)
     }
 
     func addPresenter(_ id: PurposeID, path: ItemPath) {
@@ -380,7 +389,7 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
 
     func url(for path: ItemPath) -> URL {
         let root = lock.withLock { mountRoot } ?? "/"
-        return URL(fileURLWithPath: root).appendingPathComponent(String(decoding: path.bytes, as: UTF8.self))
+        return fileURL(root: root, path)
     }
 
     func addPresenter(_ id: PurposeID, path: ItemPath) {

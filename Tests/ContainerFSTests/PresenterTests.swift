@@ -153,6 +153,22 @@ final class PresenterTests: MountedTestCase {
         watcher.stop()
     }
 
+    func testAPresenterOnABusyDirectoryKeepsUp() throws {
+        // The presenter's callbacks name items by URL; making one must not touch the mount, where
+        // the operation being announced waits for the callback's answer.
+        let watcher = try watch(["Documents"])
+        sh("""
+        mkdir -p Documents/busy
+        for worker in 1 2 3; do
+          ( for i in $(seq 1 30); do echo x > Documents/busy/$worker-$i; rm Documents/busy/$worker-$i; done ) &
+        done
+        wait
+        """)
+        let heard = names(watcher.events(atLeast: 181, within: 30))
+        XCTAssertEqual(heard.filter { $0.hasPrefix("accommodatePresentedSubitemDeletion Documents/busy/") }.count, 90)
+        XCTAssertFalse(mounted.daemonOutput.contains("did not answer in time"), "the presenter was marked unresponsive")
+    }
+
     func testDeliveriesWhileMountedReachTheInboxPresenters() throws {
         let watcher = try watch(["Documents/Inbox"])
         let file = mounted.root.appendingPathComponent("report.pdf").path
