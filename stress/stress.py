@@ -11,7 +11,7 @@ Prints what it tried and the figures, and exits 1 on any failure.
 """
 import argparse, errno, json, multiprocessing, os, random, sys, time
 
-OPS = [int(o) for o in os.environ.get("STRESS_OPS", "0,1,2,3,4,5,6,7,8,9,10").split(",")]
+OPS = [int(o) for o in os.environ.get("STRESS_OPS", "0,1,2,3,4,5,6,7,8,9,10,11,12").split(",")]
 EXPECTED = {errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR}
 
 
@@ -60,6 +60,23 @@ def worker(root, index, seconds, results):
                     content = f.read()
                 if content and len(set(content)) != 1:
                     counts["failures"].append(f"torn read of shared/{name}: {content[:40]!r}")
+            elif op == 11:  # rewrite in place (O_TRUNC) of a file others read; it says its own length
+                body = str(index) * rng.randrange(1, 300000)
+                with open(os.path.join(shared, f"v{index}"), "w") as f:
+                    f.write(f"{len(body)}:{body}")
+            elif op == 12:  # shared read of a rewritten file in small reads, asking its size between
+                path = os.path.join(shared, f"v{rng.randrange(8)}")
+                with open(path, "rb", buffering=0) as f:
+                    content = bytearray()
+                    while chunk := f.read(rng.choice((4096, 65536, 200000))):
+                        content += chunk
+                        if rng.random() < 0.3:
+                            os.stat(path)
+                if content:
+                    header, _, body = bytes(content).partition(b":")
+                    if not header.isdigit() or int(header) != len(body) or len(set(body)) > 1:
+                        counts["failures"].append(f"torn or cut read of {path}: "
+                                                  f"{len(content)} bytes, starts {bytes(content[:20])!r}")
             elif op == 5:
                 os.rename(os.path.join(shared, name), os.path.join(shared, f"f{rng.randrange(20)}"))
             elif op == 6:

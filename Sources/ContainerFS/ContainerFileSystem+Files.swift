@@ -50,25 +50,30 @@ extension ContainerFileSystem {
             guard node.isRegularFile else {
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
             }
-            // Each reader keeps the version it opened (see PageCache).
+            // Each reader keeps the version it opened (see cacheUse).
             let versioned = !writing && !node.zone.writesInPlaceByDefault
             let cache = self.cacheUse(of: node, descriptor: descriptor, versioned: versioned)
-            let handle = OpenFile(descriptor: descriptor, node: node, access: access,
-                                  countedReader: versioned && cache != .bypass)
-            info.reply(request, with: handle, cache: cache)
+            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access,
+                                               readsDirectly: cache == .bypass), cache: cache)
         }
     }
 
-    /// Whether the name `node` was last seen under no longer leads to its backing file.
+    /// Whether the name `node` was last seen under leads to no file, or to one the daemon never
+    /// served: the item was replaced or removed in the store behind the daemon's back. A rename
+    /// through the mount replaces it with a file the kernel knows; an open racing that rename opens
+    /// the replaced file, as on a local disk.
     private func isStale(_ node: Node) -> Bool {
         guard node.isRegularFile, let (parent, name) = nodes.place(of: node) else { return false }
-        return Backing.withCName(name) { Backing.key(of: $0, in: parent.descriptor) } != node.key
+        // Under the session's lock: a publish moves the node's key just before the rename.
+        let current = node.withSession { _ in Backing.withCName(name) { Backing.key(of: $0, in: parent.descriptor) } }
+        guard let current else { return true }
+        return current != node.key && nodes.existing(current) == nil
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
     /// A new session keeps `access` until its first publish; a running one holds its own already.
     private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
-        node.withFileState { current, cache in
+        node.withSession { current in
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             var error = shadows.prepare(session, of: node, truncated: truncating)
@@ -83,8 +88,6 @@ extension ContainerFileSystem {
             if current == nil {
                 session.access = access
                 current = session
-                // Cached readers keep their version while the kernel's size follows the writer.
-                if cache.readers > 0 { cache.readersOutdated = true }
             } else {
                 access?.end(tookEffect: false)
             }
@@ -167,10 +170,10 @@ extension ContainerFileSystem {
     }
 
     public func read(_ request: FuseRequest, inode: InodeNumber, size: Int, offset: off_t, file: FileInfo) {
-        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self)) {
-            request.reply(dataFrom: $0, size: size, offset: offset)
-        }
-        if error != 0 { request.reply(error: error) }
+        let handle = Handle.get(file, as: OpenFile.self)
+        let error = withDescriptor(of: handle) { request.reply(dataFrom: $0, size: size, offset: offset) }
+        if error != 0 { return request.reply(error: error) }
+        if handle.readsDirectly { readAhead(handle, offset: offset, size: size) }
     }
 
     public func write(_ request: FuseRequest, inode: InodeNumber, data: UnsafeMutablePointer<fuse_bufvec>,
@@ -241,7 +244,6 @@ extension ContainerFileSystem {
     public func release(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
         let handle = Handle.take(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
-            if handle.countedReader { cachedReaderClosed(handle.node) }
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }

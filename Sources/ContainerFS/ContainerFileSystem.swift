@@ -95,7 +95,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes
-        entry.attr_timeout = attributeTimeout(of: node)
+        entry.attr_timeout = timeouts.attributes
         entry.entry_timeout = timeouts.entries
         return 0
     }
@@ -135,11 +135,12 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             ?? currentAttributes(of: node)
         guard error == 0 else { return request.reply(error: error) }
         visible(&attributes, of: node)
-        request.reply(attributes: &attributes, validFor: attributeTimeout(of: node))
+        request.reply(attributes: &attributes, validFor: timeouts.attributes)
     }
 
-    /// A file being written shows its writer's view (the shadow). Readers asking through their
-    /// handles see their own version (see PageCache).
+    /// A file being written shows its writer's view (the shadow), so that appends land at its end;
+    /// readers are not misled, since they read with direct I/O meanwhile. Readers asking through
+    /// their handles see their own version.
     func currentAttributes(of node: Node) -> (stat, Int32) {
         if node.isRegularFile {
             let shadowAttributes = node.withSession { session -> stat? in

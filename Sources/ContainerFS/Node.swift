@@ -44,8 +44,8 @@ final class Node {
     var name: [UInt8]
     /// The write session of a regular file written through atomic replace; reached through `withSession`.
     private var writeSession: WriteSession?
-    /// Who reads the file through the kernel's page cache; guarded with the write session.
-    private var pageCache = PageCache()
+    /// The version whose pages the kernel may hold (files written in place); guarded with the session.
+    private var cachedVersion: FileVersion?
     /// Session locks are shared by stripes of nodes: a lock for each of the files the kernel knows
     /// would cost more memory than the rest of the node. No code holds two sessions at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
@@ -66,13 +66,16 @@ final class Node {
 
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
-        withFileState { session, _ in body(&session) }
+        Node.sessionLocks[stripe].withLock { body(&writeSession) }
     }
 
-    /// Runs `body` with the node's write session and page-cache readers, under its stripe's lock.
-    func withFileState<R>(_ body: (inout WriteSession?, inout PageCache) -> R) -> R {
-        let stripe = Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
-        return Node.sessionLocks[stripe].withLock { body(&writeSession, &pageCache) }
+    /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
+    func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
+        Node.sessionLocks[stripe].withLock { body(&cachedVersion) }
+    }
+
+    private var stripe: Int {
+        Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
     }
 
     var isDirectory: Bool { fileType == S_IFDIR }
