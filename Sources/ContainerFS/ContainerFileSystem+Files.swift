@@ -26,6 +26,7 @@ extension ContainerFileSystem {
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
         guard !isStale(node) else { return request.reply(error: ESTALE) }
+        endFreshSession(of: node)
         let info = FileInfoCopy(file)
         if writing && !writesInPlace(node) {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
@@ -115,14 +116,16 @@ extension ContainerFileSystem {
                              caller: caller) { access in
             owned.withPointer { pointer in
                 let name = FileName(pointer)
-                // The new, empty file is a complete first version; what is written next is published at close.
-                let descriptor = openat(parentNode.descriptor, pointer, flags, mode)
+                // Made here, the file can be read and written through one descriptor (see startFreshSession).
+                var descriptor = openat(parentNode.descriptor, pointer, (flags & ~O_ACCMODE) | O_RDWR | O_EXCL, mode)
+                let made = descriptor >= 0
+                if !made, errno == EEXIST, flags & O_EXCL == 0 { descriptor = openat(parentNode.descriptor, pointer, flags, mode) }
                 guard descriptor >= 0 else {
                     let error = errno
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
-                self.adoptOwnership(of: name, in: parentNode, by: caller)
+                if made { self.adoptOwnership(of: name, in: parentNode, by: caller) }
                 var entry = fuse_entry_param()
                 let error = self.lookupEntry(parent: parentNode, name: name, entry: &entry)
                 guard error == 0 else {
@@ -135,9 +138,13 @@ extension ContainerFileSystem {
                     return info.replyCreated(request, entry: &entry,
                                              with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
                 }
-                close(descriptor)
+                // The new, empty file is a complete first version; what is written next is published at close.
                 access.end(tookEffect: true)
-                let sessionError = self.joinSession(of: node, truncating: false, access: nil)
+                var sessionError: Int32 = 0
+                if !(made && self.startFreshSession(of: node, file: descriptor)) {
+                    close(descriptor)
+                    sessionError = self.joinSession(of: node, truncating: false, access: nil)
+                }
                 guard sessionError == 0 else {
                     self.forget(entry.ino, count: 1)
                     return request.reply(error: sessionError)
@@ -145,6 +152,25 @@ extension ContainerFileSystem {
                 info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: node, flags: flags), cache: .bypass)
             }
         }
+    }
+
+    /// Starts the write session of a file that `create` made, writing it in place until its first
+    /// publish or until someone else opens it (`endFreshSession`). False if a session runs already.
+    private func startFreshSession(of node: Node, file: Int32) -> Bool {
+        node.withSession { current in
+            guard current == nil else { return false }
+            let session = WriteSession()
+            guard shadows.adoptFresh(session, file: file) == 0 else { return false }
+            session.writers = 1
+            current = session
+            return true
+        }
+    }
+
+    /// Ends the in-place writing of a new file that someone else opens: they see its published version.
+    func endFreshSession(of node: Node) {
+        guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return }
+        node.withSession { if let session = $0 { shadows.endFresh(session, of: node, in: nodes) } }
     }
 
     /// Runs `body` with the descriptor a handle reads and writes now: its own, or its session's shadow

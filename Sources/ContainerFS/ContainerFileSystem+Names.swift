@@ -56,6 +56,7 @@ extension ContainerFileSystem {
         let node = nodes.node(inode)
         let denied = Policy.link(node.zone, into: nodes.node(newParent).zone)
         guard denied == 0 else { return request.reply(error: denied) }
+        endFreshSession(of: node)
         makeItem(request, parent: newParent, name: newName) { parent, name in
             Backing.withProcPath(node.descriptor) { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
         }

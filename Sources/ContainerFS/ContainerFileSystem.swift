@@ -146,7 +146,10 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             let shadowAttributes = node.withSession { session -> stat? in
                 guard let session, session.shadow >= 0 else { return nil }
                 var attributes = stat()
-                return fstat(session.shadow, &attributes) == 0 ? attributes : nil
+                guard fstat(session.shadow, &attributes) == 0 else { return nil }
+                // A fresh file's mark in the shadow directory is not a link anyone made.
+                if session.fresh { attributes.st_nlink -= 1 }
+                return attributes
             }
             if let shadowAttributes { return (shadowAttributes, 0) }
         }
@@ -197,7 +200,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         let error = applyAttributes(new, fields: metadata, to: node.descriptor, isSymlink: node.isSymlink)
         guard error == 0, node.isRegularFile else { return error }
         return node.withSession { session in
-            guard let session, session.shadow >= 0 else { return 0 }
+            guard let session, session.shadow >= 0, !session.fresh else { return 0 }
             return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
         }
     }
@@ -236,7 +239,8 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     func writesInPlace(_ node: Node) -> Bool {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return true }
         let (attributes, error) = Backing.attributes(of: node.descriptor)
-        if error == 0, attributes.st_nlink > 1 { return true }
+        // A fresh file's second link is its mark in the shadow directory.
+        if error == 0, attributes.st_nlink > 1, !node.withSession({ $0?.fresh == true }) { return true }
         return nodes.lineage(of: node).contains { item in
             Backing.withProcPath(item.descriptor) { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
         }

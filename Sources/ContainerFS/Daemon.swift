@@ -129,12 +129,13 @@ public enum Daemon {
     }
 
     /// The daemon's own directory for shadows, STORE/work/shadows/PID, after removing those of
-    /// daemons that died (their unpublished writes; the files they shadowed are intact).
+    /// daemons that died (their unpublished writes; the files they shadowed are intact, and new
+    /// files they were writing are empty again).
     private static func prepareShadowDirectory(in store: Store) throws -> Int32 {
         let shadows = store.workPath + "/shadows"
         let live = Set(MountRegistry.active(in: store).map { String($0.pid) })
         for leftover in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where !live.contains(leftover) {
-            try? FileManager.default.removeItem(atPath: shadows + "/" + leftover)
+            try? ShadowDirectory.remove(atPath: shadows + "/" + leftover)
         }
         let own = shadows + "/\(getpid())"
         try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)

@@ -22,6 +22,11 @@ final class WriteSession {
     /// The lock owner (the writing process's file table) of the last write: its close publishes.
     /// Closes by others, such as a forked child dropping an inherited descriptor, do not.
     var lastWriter: UInt64 = 0
+    /// Whether `shadow` is the file itself, which this session created: its published version is
+    /// the empty file, and nobody else has opened it. Writing it in place spares a shadow inode and
+    /// the deletion of the empty one. `shadowName` is then a second link to the file in the shadow
+    /// directory, so that a daemon that dies leaves it empty (`ShadowDirectory.remove`).
+    var fresh = false
 }
 
 /// Makes, publishes and discards shadows in the daemon's own directory in the store's work space.
@@ -32,12 +37,38 @@ final class Shadows: @unchecked Sendable {
 
     init(directory: Int32) { self.directory = directory }
 
+    /// A new name in the shadow directory: `prefix` and a number, NUL-terminated.
+    private func nextName(_ prefix: StaticString) -> [CChar] {
+        var number = counter.wrappingAdd(1, ordering: .relaxed).newValue
+        var digits: [CChar] = []
+        repeat {
+            digits.append(CChar(48 + number % 10))
+            number /= 10
+        } while number > 0
+        var name = UnsafeRawBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount)
+            .map { CChar(bitPattern: $0) }
+        name += digits.reversed()
+        name.append(0)
+        return name
+    }
+
+    /// Makes `file`, a file just created empty and opened for reading and writing, the fresh
+    /// shadow of `session`.
+    func adoptFresh(_ session: WriteSession, file: Int32) -> Int32 {
+        let name = nextName("fresh-")
+        let linked = Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
+        guard linked == 0 else { return errno }
+        session.shadow = file
+        session.shadowName = name
+        session.fresh = true
+        return 0
+    }
+
     /// Gives `session` a shadow of `node`'s published file: empty when `truncated`, else a copy
     /// (a reflink where the filesystem has them). The shadow keeps the file's mode, owner and xattrs.
     func prepare(_ session: WriteSession, of node: Node, truncated: Bool) -> Int32 {
         guard session.shadow < 0 else { return 0 }
-        let number = counter.wrappingAdd(1, ordering: .relaxed).newValue
-        var name = Array("shadow-\(number)".utf8CString)
+        var name = nextName("shadow-")
         let shadow = openat(directory, &name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard shadow >= 0 else { return errno }
         let error = fill(shadow, from: node, copyingData: !truncated)
@@ -111,36 +142,79 @@ final class Shadows: @unchecked Sendable {
         guard session.dirty else { return 0 }
         session.dirty = false
         if durably, fsync(session.shadow) != 0 { return errno }
-        guard let (parent, name) = nodes.place(of: node) else { return 0 }
-        var published = stat()
-        guard fstat(session.shadow, &published) == 0 else { return errno }
-        let renamed = Backing.withCName(name) { cName -> Bool in
+        if session.fresh {
+            // The file is in place already: without its mark, it is published.
+            unlinkat(directory, session.shadowName, 0)
+            session.shadowName = []
+            if durably {
+                _ = fsync(directory)
+                if let (parent, _) = nodes.place(of: node) { _ = fsync(parent.descriptor) }
+            }
+            return 0
+        }
+        guard let parent = moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes,
+                                         exchanging: false) else { return 0 }
+        session.shadowName = []
+        if durably { _ = fsync(parent.descriptor) }
+        return 0
+    }
+
+    /// Renames the session's shadow over the file `node` shows, or swaps the two, and points the
+    /// node at it. Returns the directory, or nil when the name no longer leads to the node's file.
+    private func moveIntoPlace(_ shadow: Int32, named shadowName: [CChar], of node: Node, in nodes: NodeTable,
+                               exchanging: Bool) -> Node? {
+        guard let (parent, name) = nodes.place(of: node) else { return nil }
+        var attributes = stat()
+        guard fstat(shadow, &attributes) == 0 else { return nil }
+        let moved = Backing.withCName(name) { cName -> Bool in
             guard Backing.key(of: cName, in: parent.descriptor) == node.key else { return false }
-            let previous = nodes.republish(node, as: published)
-            guard renameat(directory, session.shadowName, parent.descriptor, cName) == 0 else {
+            let previous = nodes.republish(node, as: attributes)
+            guard clinux_renameat2(directory, shadowName, parent.descriptor, cName,
+                                   exchanging ? UInt32(RENAME_EXCHANGE) : 0) == 0 else {
                 nodes.abandonRepublish(node, previous: previous)
                 return false
             }
             return true
         }
-        guard renamed else { return 0 }
-        session.shadowName = []
-        if durably { _ = fsync(parent.descriptor) }
-        let path = Backing.withProcPath(session.shadow) { open($0, O_PATH | O_CLOEXEC) }
+        guard moved else { return nil }
+        let path = Backing.withProcPath(shadow) { open($0, O_PATH | O_CLOEXEC) }
         if path >= 0 {
             clinux_dup3(path, node.descriptor, O_CLOEXEC)
             close(path)
         }
-        return 0
+        return parent
     }
 
-    /// Closes the shadow and removes it if it was not published.
+    /// Someone else opens a file that `session` writes in place since creating it: its name gets
+    /// the empty file back, and what was written so far goes on as an ordinary shadow. (If the name
+    /// no longer leads to the file, the session stays as it is.)
+    func endFresh(_ session: WriteSession, of node: Node, in nodes: NodeTable) {
+        guard session.fresh else { return }
+        // Nothing written: the file is its published version; the next write makes a shadow.
+        guard session.dirty else { return discard(session) }
+        // An empty copy of the file (mode, owner, attributes) swaps places with it.
+        let empty = WriteSession()
+        guard prepare(empty, of: node, truncated: true) == 0 else { return }
+        guard moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, exchanging: true) != nil else {
+            return discard(empty)
+        }
+        // The copy's former name leads to what was written; the mark is a link too many.
+        unlinkat(directory, session.shadowName, 0)
+        session.shadowName = empty.shadowName
+        session.fresh = false
+        close(empty.shadow)
+    }
+
+    /// Closes the shadow and removes it if it was not published. A fresh file goes back to its
+    /// published version, empty.
     func discard(_ session: WriteSession) {
+        if session.fresh, !session.shadowName.isEmpty { _ = ftruncate(session.shadow, 0) }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
         session.shadow = -1
         session.shadowName = []
         session.dirty = false
+        session.fresh = false
     }
 
     /// Marks the session failed, so that nothing of it is published.

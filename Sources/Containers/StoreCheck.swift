@@ -56,8 +56,9 @@ public enum StoreCheck {
         }
         return leftovers.sorted().map { name in
             let path = store.workPath + "/" + name
-            return StoreProblem(description: "work/\(name): left by a process that died.",
-                                repair: { try FileManager.default.removeItem(atPath: path) })
+            return StoreProblem(description: "work/\(name): left by a process that died.", repair: {
+                try name.hasPrefix("shadows/") ? ShadowDirectory.remove(atPath: path) : FileManager.default.removeItem(atPath: path)
+            })
         }
     }
 

@@ -33,6 +33,49 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testANewFileLooksEmptyToOthersUntilItsCreatorCloses() {
+        // The creator writes the new file in place until someone else opens it.
+        syscall("""
+        import subprocess
+        writer = open('Documents/new', 'w')
+        writer.write('half written')
+        writer.flush()
+        assert os.stat('Documents/new').st_nlink == 1
+        assert subprocess.run(['cat', 'Documents/new'], capture_output=True, text=True).stdout == ''
+        reader = open('Documents/new')
+        writer.write(', then finished')
+        writer.flush()
+        assert reader.read() == ''
+        writer.close()
+        assert reader.read() == ''
+        assert open('Documents/new').read() == 'half written, then finished'
+        """, errno: 0)
+    }
+
+    func testANewFileWhoseWriterIsKilledStaysEmpty() {
+        let result = Shell.run("python3 -c \"import os; f = open('Documents/k', 'w'); f.write('torn'); f.flush(); os.kill(os.getpid(), 9)\"",
+                               in: home)
+        XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status)")
+        XCTAssertEqual(sh("stat -c %s Documents/k"), "0\n")
+    }
+
+    func testANewFileBeingWrittenWhenTheDaemonDiesIsEmptyAtTheNextMount() throws {
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        writer.arguments = ["-c", "import time; f = open('Documents/new', 'w'); f.write('torn'); f.flush(); "
+                            + "open('Documents/ready', 'w').close(); time.sleep(30)"]
+        writer.currentDirectoryURL = URL(fileURLWithPath: home)
+        writer.standardError = FileHandle.nullDevice
+        try writer.run()
+        defer { if writer.isRunning { kill(writer.processIdentifier, SIGKILL) } }
+        sh("for i in $(seq 1 500); do [ -e Documents/ready ] && exit 0; sleep 0.01; done; exit 1")
+        mounted.crashDaemon()
+        kill(writer.processIdentifier, SIGKILL)
+        writer.waitUntilExit()
+        try mounted.remount()
+        XCTAssertEqual(sh("stat -c %s Documents/new"), "0\n", "the new file's published version: empty")
+    }
+
     func testPublishingKeepsInodeModeOwnerAndAttributes() {
         sh("echo first > Documents/f && chmod 640 Documents/f && chown 1234:4321 Documents/f && python3 -c \"import os; os.setxattr('Documents/f', 'user.tag', b'kept')\"")
         let before = sh("stat -c '%i %a %u %g' Documents/f")

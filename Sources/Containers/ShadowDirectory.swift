@@ -1,0 +1,21 @@
+import Foundation
+
+/// A daemon's shadow directory, STORE/work/shadows/PID (docs/atomic-replace.md).
+public enum ShadowDirectory {
+    /// Names of second links to files that the daemon created and was writing in place: their
+    /// published version is the empty file.
+    public static let freshPrefix = "fresh-"
+
+    /// Removes the shadow directory of a daemon that is gone. Its shadows are unpublished writes;
+    /// the files it was writing in place since creating them are emptied back to their published version.
+    public static func remove(atPath path: String) throws {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] where name.hasPrefix(freshPrefix) {
+            let descriptor = open(path + "/" + name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+            if descriptor >= 0 {
+                _ = ftruncate(descriptor, 0)
+                close(descriptor)
+            }
+        }
+        try FileManager.default.removeItem(atPath: path)
+    }
+}
