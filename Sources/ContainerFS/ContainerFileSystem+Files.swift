@@ -119,7 +119,10 @@ extension ContainerFileSystem {
                 // Made here, the file can be read and written through one descriptor (see startFreshSession).
                 var descriptor = openat(parentNode.descriptor, pointer, (flags & ~O_ACCMODE) | O_RDWR | O_EXCL, mode)
                 let made = descriptor >= 0
-                if !made, errno == EEXIST, flags & O_EXCL == 0 { descriptor = openat(parentNode.descriptor, pointer, flags, mode) }
+                if !made, errno == EEXIST, flags & O_EXCL == 0 {
+                    // Made by someone else first: an open of a published file, which O_TRUNC must not empty in place.
+                    descriptor = openat(parentNode.descriptor, pointer, flags & ~O_TRUNC, mode)
+                }
                 guard descriptor >= 0 else {
                     let error = errno
                     access.end(tookEffect: false)
@@ -134,16 +137,25 @@ extension ContainerFileSystem {
                     return request.reply(error: error)
                 }
                 let node = self.nodes.node(entry.ino)
+                let truncating = !made && flags & O_TRUNC != 0
                 if self.writesInPlace(node) {
+                    if truncating, ftruncate(descriptor, 0) != 0 {
+                        let error = errno
+                        close(descriptor)
+                        access.end(tookEffect: false)
+                        self.forget(entry.ino, count: 1)
+                        return request.reply(error: error)
+                    }
                     return info.replyCreated(request, entry: &entry,
                                              with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
                 }
-                // The new, empty file is a complete first version; what is written next is published at close.
-                access.end(tookEffect: true)
+                // The new, empty file is a complete first version; what is written next is published at
+                // close, and only then do presenters hear that the file appeared.
                 var sessionError: Int32 = 0
-                if !(made && self.startFreshSession(of: node, file: descriptor)) {
+                if !(made && self.startFreshSession(of: node, file: descriptor, announcing: access)) {
                     close(descriptor)
-                    sessionError = self.joinSession(of: node, truncating: false, access: nil)
+                    access.end(tookEffect: true)
+                    sessionError = self.joinSession(of: node, truncating: truncating, access: nil)
                 }
                 guard sessionError == 0 else {
                     self.forget(entry.ino, count: 1)
@@ -156,11 +168,13 @@ extension ContainerFileSystem {
 
     /// Starts the write session of a file that `create` made, writing it in place until its first
     /// publish or until someone else opens it (`endFreshSession`). False if a session runs already.
-    private func startFreshSession(of node: Node, file: Int32) -> Bool {
+    private func startFreshSession(of node: Node, file: Int32, announcing creation: CoordinatedAccess) -> Bool {
         node.withSession { current in
             guard current == nil else { return false }
             let session = WriteSession()
             guard shadows.adoptFresh(session, file: file) == 0 else { return false }
+            session.access = creation
+            session.announcesCreation = true
             session.writers = 1
             current = session
             return true
@@ -279,7 +293,7 @@ extension ContainerFileSystem {
             guard session.writers == 0 else { return (false, false) }
             let wasDirty = session.dirty
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
-            session.access?.end(tookEffect: wasDirty && error == 0)
+            session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil
             return (true, wasDirty && error == 0)
         }

@@ -19,6 +19,9 @@ final class WriteSession {
     var failure: Int32 = 0
     /// The coordinated write, held until the first publish (presenters then hear "did change").
     var access: CoordinatedAccess?
+    /// Whether `access` is the file's creation, which took effect even if nothing is written:
+    /// presenters hear "did appear" once the first content is there to read.
+    var announcesCreation = false
     /// The lock owner (the writing process's file table) of the last write: its close publishes.
     /// Closes by others, such as a forked child dropping an inherited descriptor, do not.
     var lastWriter: UInt64 = 0

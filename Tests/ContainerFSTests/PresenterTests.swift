@@ -153,6 +153,22 @@ final class PresenterTests: MountedTestCase {
         watcher.stop()
     }
 
+    func testANewFileAppearsOnceItsFirstContentIsThereToRead() throws {
+        let watcher = try watch(["Documents"])
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        writer.arguments = ["-c", "import time; f = open('Documents/new.txt', 'w'); f.write('content'); f.flush(); time.sleep(1.5); f.close()"]
+        writer.currentDirectoryURL = URL(fileURLWithPath: home)
+        try writer.run()
+        XCTAssertEqual(names(watcher.events(atLeast: 1, within: 1)), [], "heard of the file while it was being written")
+        writer.waitUntilExit()
+        XCTAssertEqual(writer.terminationStatus, 0)
+        XCTAssertEqual(names(watcher.events(atLeast: 1)), ["presentedSubitemDidAppear Documents/new.txt"])
+        sh("touch Documents/empty.txt")
+        XCTAssertEqual(names(watcher.events(atLeast: 2)).last, "presentedSubitemDidAppear Documents/empty.txt",
+                       "a file created with nothing written appears too")
+    }
+
     func testAPresenterOnABusyDirectoryKeepsUp() throws {
         // The presenter's callbacks name items by URL; making one must not touch the mount, where
         // the operation being announced waits for the callback's answer.
