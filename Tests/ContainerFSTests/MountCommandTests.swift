@@ -151,7 +151,17 @@ final class MountCommandTests: XCTestCase {
         let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o rw,noauto,nofail,_netdev,x-systemd.automount,app=com.example.notes,allow_other")
         XCTAssertEqual(mount.status, 0, mount.error)
         XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "Documents\nLibrary\nNotes.app\ntmp\n")
-        XCTAssertTrue(Shell.run("grep \(Shell.quote(mountPoint)) /proc/mounts").output.contains("allow_other"))
+        let options = Shell.run("grep \(Shell.quote(mountPoint)) /proc/mounts").output
+        XCTAssertTrue(options.contains("allow_other"), options)
+        XCTAssertTrue(options.contains("default_permissions"), "others may enter: the kernel checks mode bits. \(options)")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
+    func testAMountOnlyRootMayEnterLeavesModeBitsToRoot() throws {
+        try XCTSkipIf(geteuid() != 0, "the daemon runs as root only when the tests do")
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let options = Shell.run("grep \(Shell.quote(mountPoint)) /proc/mounts").output
+        XCTAssertFalse(options.contains("default_permissions"), options)
         XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
     }
 
