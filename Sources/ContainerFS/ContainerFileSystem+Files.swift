@@ -41,7 +41,7 @@ extension ContainerFileSystem {
                              isDirectory: node.isDirectory, caller: request.caller) { access in
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
-            let descriptor = Backing.withProcPath(node.descriptor) { Glibc.open($0, openFlags) }
+            let descriptor = node.withProcPath { Glibc.open($0, openFlags) }
             guard descriptor >= 0 else {
                 let error = errno
                 access.end(tookEffect: false)
@@ -57,8 +57,7 @@ extension ContainerFileSystem {
 
     /// Whether the name `node` was last seen under no longer leads to its backing file.
     private func isStale(_ node: Node) -> Bool {
-        guard node.isRegularFile, let (parent, name) = nodes.place(of: node) else { return false }
-        return Backing.withCName(name) { Backing.key(of: $0, in: parent.descriptor) } != node.key
+        node.isRegularFile && !node.isReachableByName
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
