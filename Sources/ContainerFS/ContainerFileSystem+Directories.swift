@@ -86,7 +86,7 @@ extension ContainerFileSystem {
 
     public func statfs(_ request: FuseRequest, inode: InodeNumber) {
         var statistics = statvfs()
-        guard fstatvfs(nodes.node(inode).descriptor, &statistics) == 0 else { return request.reply(error: errno) }
+        guard nodes.node(inode).withDescriptor({ fstatvfs($0, &statistics) }) == 0 else { return request.reply(error: errno) }
         request.reply(statistics: &statistics)
     }
 
@@ -96,6 +96,6 @@ extension ContainerFileSystem {
             let denied = node.isDirectory ? Policy.create(in: node.zone) : Policy.write(node.zone)
             guard denied == 0 else { return request.reply(error: denied) }
         }
-        request.reply(error: Backing.check(Backing.withProcPath(node.descriptor) { Glibc.access($0, mask) }))
+        request.reply(error: Backing.check(node.withProcPath { Glibc.access($0, mask) }))
     }
 }

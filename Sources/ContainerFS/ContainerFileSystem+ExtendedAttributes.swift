@@ -25,7 +25,7 @@ extension ContainerFileSystem {
     private func changeAttributes(of node: Node, _ request: FuseRequest, _ change: @escaping (UnsafePointer<CChar>) -> Int32) {
         coordination.perform(.metadataChange(nodes.itemPath(of: node)), isDirectory: node.isDirectory,
                              caller: request.caller) { access in
-            var error = Backing.check(Backing.withProcPath(node.descriptor, change))
+            var error = Backing.check(node.withProcPath(change))
             // A shadow being written takes the change too, or its publish would undo it.
             if error == 0, node.isRegularFile {
                 error = node.withSession { session in
@@ -69,7 +69,7 @@ extension ContainerFileSystem {
         guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
         replyAttributeData(request, size: size) { buffer, capacity in
-            Backing.withProcPath(node.descriptor) { clinux_getxattr($0, name, buffer, capacity) }
+            node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
         }
     }
 
@@ -79,7 +79,7 @@ extension ContainerFileSystem {
             return size == 0 ? request.reply(extendedAttributeSize: 0) : request.reply(buffer: UnsafeRawBufferPointer(start: nil, count: 0))
         }
         replyAttributeData(request, size: size) { buffer, capacity in
-            Backing.withProcPath(node.descriptor) { clinux_listxattr($0, buffer?.assumingMemoryBound(to: CChar.self), capacity) }
+            node.withProcPath { clinux_listxattr($0, buffer?.assumingMemoryBound(to: CChar.self), capacity) }
         }
     }
 

@@ -42,7 +42,7 @@ extension ContainerFileSystem {
                              isDirectory: node.isDirectory, caller: request.caller) { access in
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
-            let descriptor = Backing.withProcPath(node.descriptor) { Glibc.open($0, openFlags) }
+            let descriptor = node.withProcPath { Glibc.open($0, openFlags) }
             guard descriptor >= 0 else {
                 let error = errno
                 access.end(tookEffect: false)
@@ -59,16 +59,11 @@ extension ContainerFileSystem {
         }
     }
 
-    /// Whether the name `node` was last seen under leads to no file, or to one the daemon never
-    /// served: the item was replaced or removed in the store behind the daemon's back. A rename
-    /// through the mount replaces it with a file the kernel knows; an open racing that rename opens
-    /// the replaced file, as on a local disk.
+    /// Whether the node lost its file behind the daemon's back: the name it was last seen under
+    /// leads to no file, or to another. A node that lost its name through the mount (an unlink, a
+    /// rename over it) holds its file, and an open racing that opens it, as on a local disk.
     private func isStale(_ node: Node) -> Bool {
-        guard node.isRegularFile, let (parent, name) = nodes.place(of: node) else { return false }
-        // Under the session's lock: a publish moves the node's key just before the rename.
-        let current = node.withSession { _ in Backing.withCName(name) { Backing.key(of: $0, in: parent.descriptor) } }
-        guard let current else { return true }
-        return current != node.key && nodes.existing(current) == nil
+        node.isRegularFile && !node.holdsItem && !node.isReachableByName
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.

@@ -58,7 +58,7 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
         endFreshSession(of: node)
         makeItem(request, parent: newParent, name: newName) { parent, name in
-            Backing.withProcPath(node.descriptor) { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+            node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
         }
     }
 
@@ -78,7 +78,10 @@ extension ContainerFileSystem {
         let owned = OwnedName(name)
         coordination.perform(.delete(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: flags != 0,
                              caller: request.caller) { access in
-            let error = owned.withPointer { Backing.check(unlinkat(parentNode.descriptor, $0, flags)) }
+            let error = owned.withPointer { name in
+                if flags == 0 { self.keepReachable(name, in: parentNode) }
+                return Backing.check(unlinkat(parentNode.descriptor, name, flags))
+            }
             access.end(tookEffect: error == 0)
             request.reply(error: error)
         }
@@ -112,14 +115,21 @@ extension ContainerFileSystem {
         coordination.perform(operation(), isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
-                    Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
+                    if replacing && flags & RENAME_EXCHANGE == 0 { self.keepReachable(newPointer, in: to) }
+                    return Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
                 }
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }
+            // Before the answer, while the kernel keeps lookups of these names waiting.
+            var changed = newOwned.withPointer { self.noteMoved(name: FileName($0), in: to, from: from, oldName: oldName.bytes) }
+            if flags & RENAME_EXCHANGE != 0 {
+                changed += oldName.withPointer { self.noteMoved(name: FileName($0), in: from, from: to, oldName: newOwned.bytes) }
+            }
             request.replySuccess()
-            newOwned.withPointer { self.noteMoved(name: FileName($0), in: to) }
-            if flags & RENAME_EXCHANGE != 0 { oldName.withPointer { self.noteMoved(name: FileName($0), in: from) } }
+            for node in changed {
+                self.kernel?.invalidateInode(self.nodes.inodeNumber(of: node), offset: -1, length: 0)
+            }
         }
     }
 
@@ -133,14 +143,22 @@ extension ContainerFileSystem {
         return Policy.rename(source, to: destination, in: to.zone, replacing: replacing)
     }
 
-    /// Keeps the node of a renamed item in step with its new place. When its zone changed (out of
-    /// the Inbox), the kernel's cached attributes showed the old zone's mode bits: they are dropped.
-    private func noteMoved(name: FileName, in parent: Node) {
+    /// Before `name` in `parent` goes, gives its node (if the kernel knows it) a descriptor of its
+    /// own: an item a client holds open still answers, as on a local disk, until the kernel forgets it.
+    private func keepReachable(_ name: UnsafePointer<CChar>, in parent: Node) {
+        let descriptor = Backing.openPath(name, in: parent.descriptor)
+        guard descriptor >= 0 else { return }
+        let (attributes, error) = Backing.attributes(of: descriptor)
+        if error == 0, let node = nodes.existing(BackingKey(attributes), at: parent, name: name), node.pin(descriptor) { return }
+        close(descriptor)
+    }
+
+    /// Keeps the node of a renamed item in step with its new place. Returns the nodes whose zone
+    /// changed (out of the Inbox): the kernel's cached attributes showed the old zone's mode bits.
+    private func noteMoved(name: FileName, in parent: Node, from oldParent: Node, oldName: ArraySlice<UInt8>) -> [Node] {
         var attributes = stat()
-        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return }
-        let changed = nodes.didMove(BackingKey(attributes), to: parent, name: name, zone: parent.zone.child(named: name.bytes))
-        for node in changed {
-            kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
-        }
+        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return [] }
+        return nodes.didMove(BackingKey(attributes), from: oldParent, oldName: oldName, to: parent, name: name,
+                             zone: parent.zone.child(named: name.bytes))
     }
 }

@@ -83,12 +83,19 @@ public final class ContainerFileSystem: LowLevelFileSystem {
 
     /// Looks `name` up in `parent`, counting a kernel reference to it on success.
     func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param) -> Int32 {
-        let descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
-        guard descriptor >= 0 else { return errno }
-        var (attributes, error) = Backing.attributes(of: descriptor)
-        guard error == 0 else {
-            close(descriptor)
-            return error
+        var attributes = stat()
+        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
+        var descriptor: Int32 = -1
+        if attributes.st_mode & S_IFMT == S_IFDIR {
+            // A directory's node holds a descriptor: its attributes are those of what it holds.
+            descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
+            guard descriptor >= 0 else { return errno }
+            let error: Int32
+            (attributes, error) = Backing.attributes(of: descriptor)
+            if error != 0 || attributes.st_mode & S_IFMT != S_IFDIR {
+                close(descriptor)
+                return error != 0 ? error : ESTALE
+            }
         }
         let zone = parent.zone.child(named: name.bytes)
         let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent, name: name)
@@ -153,7 +160,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             }
             if let shadowAttributes { return (shadowAttributes, 0) }
         }
-        return Backing.attributes(of: node.descriptor)
+        return node.attributes()
     }
 
     public func setattr(_ request: FuseRequest, inode: InodeNumber, attributes: UnsafeMutablePointer<stat>,
@@ -179,7 +186,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     /// Truncates a file: in place, in its write session, or as a write session of its own.
     private func truncate(_ node: Node, to size: off_t, published: inout Bool) -> Int32 {
         guard !writesInPlace(node) else {
-            return Backing.check(Backing.withProcPath(node.descriptor) { Glibc.truncate($0, size) })
+            return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
         }
         return node.withSession { current in
             let session = current ?? WriteSession()
@@ -197,7 +204,10 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     private func applyMetadata(_ new: stat, fields: AttributeFields, to node: Node) -> Int32 {
         let metadata = fields.intersection(.metadata)
         guard !metadata.isEmpty else { return 0 }
-        let error = applyAttributes(new, fields: metadata, to: node.descriptor, isSymlink: node.isSymlink)
+        var error: Int32 = 0
+        if node.withDescriptor({ error = applyAttributes(new, fields: metadata, to: $0, isSymlink: node.isSymlink); return 0 }) < 0 {
+            error = errno
+        }
         guard error == 0, node.isRegularFile else { return error }
         return node.withSession { session in
             guard let session, session.shadow >= 0, !session.fresh else { return 0 }
@@ -238,11 +248,11 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     /// rename would part the links), and items opted out with `inPlaceAttribute`.
     func writesInPlace(_ node: Node) -> Bool {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return true }
-        let (attributes, error) = Backing.attributes(of: node.descriptor)
+        let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
         if error == 0, attributes.st_nlink > 1, !node.withSession({ $0?.fresh == true }) { return true }
         return nodes.lineage(of: node).contains { item in
-            Backing.withProcPath(item.descriptor) { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
+            item.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
         }
     }
 
@@ -263,7 +273,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         let node = nodes.node(inode)
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: Int(PATH_MAX) + 1) { buffer in
-            let length = readlinkat(node.descriptor, "", buffer.baseAddress!, Int(PATH_MAX))
+            let length = node.withDescriptor { readlinkat($0, "", buffer.baseAddress!, Int(PATH_MAX)) }
             guard length >= 0 else { return request.reply(error: errno) }
             buffer[length] = 0
             request.reply(linkTarget: buffer.baseAddress!)

@@ -112,7 +112,8 @@ public enum Daemon {
         }
     }
 
-    /// The node table holds a descriptor per file the kernel knows: allow as many as the system lets us.
+    /// The node table holds a descriptor per directory the kernel knows, and each open file one:
+    /// allow as many as the system lets us.
     private static func raiseOpenFileLimit() {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }

@@ -20,16 +20,18 @@ struct BackingKey: Hashable {
     }
 }
 
-/// A file or directory the kernel knows, with an `O_PATH` descriptor on its backing item.
-/// Its address is the inode number the kernel uses for it.
+/// A file or directory the kernel knows. Its address is the inode number the kernel uses for it.
+/// Directories hold an `O_PATH` descriptor; other items are reached by name in their parent, so
+/// that the daemon's descriptors stay few however many files the kernel knows.
 final class Node {
-    /// Stays the same number for the node's life; a publish points it at the new backing file (dup3).
+    /// The directory's `O_PATH` descriptor, for the node's life; -1 for anything else.
     let descriptor: Int32
+    /// An `O_PATH` descriptor taken when the item's name was removed through the mount, so that an
+    /// open item still answers; closed only with the node, as another thread may be using it.
+    private let pinned = Atomic<Int32>(-1)
     let fileType: mode_t
     /// The inode number `stat` shows: kept when a publish replaces the backing file.
     let exposedInode: UInt64
-    /// The backing file now; guarded by the node table's lock.
-    var key: BackingKey
     /// The kernel's reference count; guarded by the node table's lock.
     var lookups: UInt64 = 0
     /// Where the node sits, which decides its policy. Read on every request without the table's
@@ -39,19 +41,26 @@ final class Node {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
-    /// The parent and name the node was last seen under; guarded by the node table's lock.
-    var parent: Node?
-    var name: [UInt8]
+    /// The backing file now, and the parent and name it was last seen under. Written under the
+    /// node table's lock and the node's place lock; read under either (requests take the latter).
+    private(set) var key: BackingKey
+    private(set) var parent: Node?
+    private(set) var name: [UInt8]
+    /// The file a publish is renaming `key`'s over, until the rename is done: the name leads to
+    /// either meanwhile.
+    private var replacedKey: BackingKey?
     /// The write session of a regular file written through atomic replace; reached through `withSession`.
     private var writeSession: WriteSession?
     /// The version whose pages the kernel may hold (files written in place); guarded with the session.
     private var cachedVersion: FileVersion?
-    /// Session locks are shared by stripes of nodes: a lock for each of the files the kernel knows
-    /// would cost more memory than the rest of the node. No code holds two sessions at once.
+    /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
+    /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
+    private static let placeLocks = (0..<64).map { _ in PlainMutex() }
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int>(0)
 
+    /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {
         self.descriptor = descriptor
         self.key = BackingKey(attributes)
@@ -62,7 +71,16 @@ final class Node {
         self.name = name
     }
 
-    deinit { close(descriptor) }
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+        let pin = pinned.load(ordering: .acquiring)
+        if pin >= 0 { close(pin) }
+    }
+
+    @inline(__always)
+    private var stripe: Int {
+        Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
+    }
 
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
@@ -72,10 +90,6 @@ final class Node {
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
     func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
         Node.sessionLocks[stripe].withLock { body(&cachedVersion) }
-    }
-
-    private var stripe: Int {
-        Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
     }
 
     var isDirectory: Bool { fileType == S_IFDIR }
@@ -91,6 +105,136 @@ final class Node {
         }
         return false
     }
+
+    // MARK: Reaching the backing item
+
+    private struct Place {
+        let parent: Node?
+        let name: [UInt8]
+        let key: BackingKey
+        let replaced: BackingKey?
+
+        /// Whether the file with `found` is the node's.
+        func isMine(_ found: BackingKey) -> Bool { found == key || found == replaced }
+    }
+
+    /// The parent and name the node was last seen under (nil parent: the root), and its files.
+    private var place: Place {
+        Node.placeLocks[stripe].withLock { Place(parent: parent, name: name, key: key, replaced: replacedKey) }
+    }
+
+    /// The parent and name the node was last seen under (nil for the root).
+    var lastSeen: (parent: Node, name: [UInt8])? {
+        let place = place
+        return place.parent.map { ($0, place.name) }
+    }
+
+    /// Changes the node's place; the caller holds the node table's lock.
+    func setPlace(parent: Node, name: [UInt8]) {
+        Node.placeLocks[stripe].withLock {
+            self.parent = parent
+            self.name = name
+        }
+    }
+
+    /// A publish is renaming the file with `key` over the node's; the caller holds the table's lock.
+    func beginReplacing(with key: BackingKey) {
+        Node.placeLocks[stripe].withLock {
+            replacedKey = self.key
+            self.key = key
+        }
+    }
+
+    /// The publish's rename is done, or (`renamed` false) did not happen.
+    func endReplacing(renamed: Bool) {
+        Node.placeLocks[stripe].withLock {
+            if !renamed, let replacedKey { key = replacedKey }
+            replacedKey = nil
+        }
+    }
+
+    /// Set when the node lost its item and its inode number went to another file: it answers
+    /// ESTALE (the kernel then looks the name up again).
+    private let evicted = Atomic<Bool>(false)
+
+    func evict() { evicted.store(true, ordering: .releasing) }
+
+    /// Whether the node holds a descriptor on its item, which then keeps its inode number.
+    var holdsItem: Bool { held >= 0 }
+
+    /// The descriptor the node holds on its item (a directory's, or a pin), or -1.
+    @inline(__always)
+    private var held: Int32 {
+        descriptor >= 0 ? descriptor : pinned.load(ordering: .acquiring)
+    }
+
+    /// The item's attributes: one `fstatat` by name in the parent, which must still lead to the
+    /// node's backing file (ESTALE if not: the kernel then looks the name up again).
+    func attributes() -> (stat, Int32) {
+        let held = held
+        if held >= 0 { return Backing.attributes(of: held) }
+        return attributesByName()
+    }
+
+    /// Whether the name the node was last seen under still leads to its backing file.
+    var isReachableByName: Bool { attributesByName().1 == 0 }
+
+    private func attributesByName() -> (stat, Int32) {
+        let place = place
+        var attributes = stat()
+        guard let parent = place.parent, !evicted.load(ordering: .acquiring) else { return (attributes, ESTALE) }
+        let result = Backing.withCName(place.name) { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
+        guard result == 0 else { return (attributes, errno == ENOENT ? ESTALE : errno) }
+        return (attributes, place.isMine(BackingKey(attributes)) ? 0 : ESTALE)
+    }
+
+    /// Runs `body` with an `O_PATH` descriptor on the node's backing item: one it holds, or one
+    /// opened by name in the parent (never following a symlink), checked to be the node's file and
+    /// closed afterwards. Like the system calls `body` makes: -1 with errno set on failure.
+    func withDescriptor<R: SignedInteger>(_ body: (Int32) -> R) -> R {
+        let held = held
+        if held >= 0 { return body(held) }
+        let descriptor = openByName()
+        guard descriptor >= 0 else { return -1 }
+        let result = body(descriptor)
+        let error = errno
+        close(descriptor)
+        errno = error
+        return result
+    }
+
+    /// `withDescriptor` with the item's `/proc/self/fd` path, for calls that take a path.
+    func withProcPath<R: SignedInteger>(_ body: (UnsafePointer<CChar>) -> R) -> R {
+        withDescriptor { Backing.withProcPath($0, body) }
+    }
+
+    /// Keeps the item reachable after its name goes (unlink, or a rename over it): the node then
+    /// holds `descriptor`, an `O_PATH` descriptor on its item. False if it needs none (the caller
+    /// closes it then).
+    func pin(_ descriptor: Int32) -> Bool {
+        guard self.descriptor < 0 else { return false }
+        return pinned.compareExchange(expected: -1, desired: descriptor, ordering: .acquiringAndReleasing).exchanged
+    }
+
+    private func openByName() -> Int32 {
+        let place = place
+        guard let parent = place.parent, !evicted.load(ordering: .acquiring) else {
+            errno = ESTALE
+            return -1
+        }
+        let descriptor = Backing.withCName(place.name) { Backing.openPath($0, in: parent.descriptor) }
+        guard descriptor >= 0 else {
+            if errno == ENOENT { errno = ESTALE }
+            return -1
+        }
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0, place.isMine(BackingKey(attributes)) else {
+            close(descriptor)
+            errno = ESTALE
+            return -1
+        }
+        return descriptor
+    }
 }
 
 /// Every node the kernel holds a reference to, found by backing inode; forgotten as the kernel forgets.
@@ -104,6 +248,14 @@ final class NodeTable {
         /// Numbers still shown by aliased files, which a new backing file must not show too.
         var retired: Set<UInt64> = []
         var nextAlias: UInt64 = 1 << 48
+
+        /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
+        /// number has lost it (the number was reused), and must never stand for the new one.
+        mutating func index(_ node: Node, as key: BackingKey) {
+            if let previous = nodes.updateValue(node, forKey: key), previous !== node, previous.key == key {
+                previous.evict()
+            }
+        }
 
         mutating func exposedInode(for key: BackingKey) -> UInt64 {
             if let alias = aliases[key] { return alias }
@@ -131,30 +283,48 @@ final class NodeTable {
         node === root ? rootInode : InodeNumber(UInt(bitPattern: Unmanaged.passUnretained(node).toOpaque()))
     }
 
-    /// Counts one more kernel reference to the backing item behind `descriptor`, adding a node for
-    /// it if it has none (then the node owns the descriptor; otherwise it is closed).
+    /// Counts one more kernel reference to the backing item with `attributes`, seen as `name` in
+    /// `parent`, adding a node for it if it has none. `descriptor` is a directory's `O_PATH`
+    /// descriptor (-1 for other items): a new node owns it; otherwise it is closed.
     func remember(descriptor: Int32, attributes: stat, zone: Zone, parent: Node, name: FileName) -> Node {
         let key = BackingKey(attributes)
         if key == root.key {
-            close(descriptor)
+            if descriptor >= 0 { close(descriptor) }
             return root
         }
-        return state.withLock { state in
-            if let existing = state.nodes[key] {
-                close(descriptor)
-                existing.lookups += 1
-                if existing.parent !== parent { existing.parent = parent }
-                if existing.zone != zone { existing.zone = zone }
-                if !existing.name.elementsEqual(name.bytes) { existing.name = name.copy }
-                return existing
+        var confirmed: Node?
+        while true {
+            let (found, counted) = state.withLock { state -> (Node, Bool) in
+                // A node of another type has a reused inode number: its item is gone.
+                if let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT {
+                    let placed = existing.parent === parent && existing.name.elementsEqual(name.bytes)
+                    guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
+                    if descriptor >= 0 { close(descriptor) }
+                    existing.lookups += 1
+                    if !placed { existing.setPlace(parent: parent, name: name.copy) }
+                    if existing.zone != zone { existing.zone = zone }
+                    return (existing, true)
+                }
+                let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
+                                zone: zone, parent: parent, name: name.copy)
+                node.lookups = 1
+                // The kernel's references keep the node alive, whatever the index says later.
+                _ = Unmanaged.passRetained(node)
+                state.index(node, as: key)
+                return (node, true)
             }
-            let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
-                            zone: zone, parent: parent, name: name.copy)
-            node.lookups = 1
-            // The kernel's references keep the node alive, whatever the index says later.
-            _ = Unmanaged.passRetained(node)
-            state.nodes[key] = node
-            return node
+            if counted { return found }
+            // Seen elsewhere last: the same item under another name (a hard link), or a node whose
+            // item is gone and whose inode number now belongs to this one (then it is dropped).
+            let (current, error) = found.attributes()
+            if error == 0, BackingKey(current) == key {
+                confirmed = found
+            } else {
+                state.withLock { state in
+                    if state.nodes[key] === found { state.nodes[key] = nil }
+                    if found.key == key { found.evict() }
+                }
+            }
         }
     }
 
@@ -174,22 +344,30 @@ final class NodeTable {
         state.withLock { $0.nodes[key] }
     }
 
+    /// The node last seen as `name` in `parent`, if its backing item is the one with `key`.
+    func existing(_ key: BackingKey, at parent: Node, name: UnsafePointer<CChar>) -> Node? {
+        let bytes = UnsafeRawBufferPointer(start: name, count: strlen(name))
+        return state.withLock { state in
+            guard let node = state.nodes[key], node.parent === parent, node.name.elementsEqual(bytes) else { return nil }
+            return node
+        }
+    }
+
     /// The inode number a listing shows for a backing inode.
     func exposedInode(device: UInt64, inode: UInt64) -> UInt64 {
         state.withLock { $0.exposedInode(for: BackingKey(device: device, inode: inode)) }
     }
 
     /// Records that `node` is about to be backed by the file with `attributes` (a publish renames
-    /// it in). Done before the rename, so that a lookup racing with it finds this node.
-    /// Returns the previous key, for `abandonRepublish` if the rename fails.
+    /// it in). Done before the rename, so that a lookup racing with it finds this node, by either
+    /// file until `finishRepublish`. Returns the previous key, for that or `abandonRepublish`.
     func republish(_ node: Node, as attributes: stat) -> BackingKey {
         let key = BackingKey(attributes)
         return state.withLock { state in
             let previous = node.key
-            if state.nodes[previous] === node { state.nodes[previous] = nil }
             state.aliases[previous] = nil
-            node.key = key
-            if state.nodes[key] == nil { state.nodes[key] = node }
+            node.beginReplacing(with: key)
+            state.index(node, as: key)
             if key.inode != node.exposedInode {
                 state.aliases[key] = node.exposedInode
                 state.retired.insert(node.exposedInode)
@@ -201,24 +379,34 @@ final class NodeTable {
         }
     }
 
+    /// The publish's rename is done: the previous file is gone.
+    func finishRepublish(_ node: Node, previous: BackingKey) {
+        state.withLock { state in
+            if state.nodes[previous] === node { state.nodes[previous] = nil }
+            node.endReplacing(renamed: true)
+        }
+    }
+
     /// Undoes `republish` when the rename did not happen.
     func abandonRepublish(_ node: Node, previous: BackingKey) {
         state.withLock { state in
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
             state.aliases[node.key] = nil
-            node.key = previous
+            node.endReplacing(renamed: false)
             if state.nodes[previous] == nil { state.nodes[previous] = node }
         }
     }
 
-    /// Records a rename, and returns the nodes whose zone changed. When the zone of a directory
-    /// changes (moved out of the Inbox), the zones of the nodes below it change too.
-    func didMove(_ key: BackingKey, to parent: Node, name: FileName, zone: Zone) -> [Node] {
+    /// Records a rename of `oldName` in `oldParent`, and returns the nodes whose zone changed. When
+    /// the zone of a directory changes (moved out of the Inbox), the zones of the nodes below it change too.
+    func didMove(_ key: BackingKey, from oldParent: Node, oldName: ArraySlice<UInt8>, to parent: Node, name: FileName,
+                 zone: Zone) -> [Node] {
         state.withLock { state in
-            guard let moved = state.nodes[key] else { return [] }
+            // A node seen elsewhere last keeps its place: a hard link's other name, or an item gone.
+            guard let moved = state.nodes[key],
+                  moved.holdsItem || moved.parent === oldParent && moved.name.elementsEqual(oldName) else { return [] }
             let oldZone = moved.zone
-            moved.parent = parent
-            moved.name = name.copy
+            moved.setPlace(parent: parent, name: name.copy)
             moved.zone = zone
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
@@ -245,9 +433,7 @@ final class NodeTable {
     }
 
     /// The parent and name `node` was last seen under (nil for the root).
-    func place(of node: Node) -> (parent: Node, name: [UInt8])? {
-        state.withLock { _ in node.parent.map { ($0, node.name) } }
-    }
+    func place(of node: Node) -> (parent: Node, name: [UInt8])? { node.lastSeen }
 
     /// The node and the directories above it, nearest first, as last seen.
     func lineage(of node: Node) -> [Node] {

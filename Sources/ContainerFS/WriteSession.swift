@@ -86,7 +86,7 @@ final class Shadows: @unchecked Sendable {
     }
 
     private func fill(_ shadow: Int32, from node: Node, copyingData: Bool) -> Int32 {
-        let original = Backing.withProcPath(node.descriptor) { open($0, O_RDONLY | O_CLOEXEC) }
+        let original = node.withProcPath { open($0, O_RDONLY | O_CLOEXEC) }
         guard original >= 0 else { return errno }
         defer { close(original) }
         var attributes = stat()
@@ -132,7 +132,7 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// Renames the shadow over the file, so that every later open sees all of it at once. The node
-    /// keeps its descriptor number and exposed inode number; its backing file becomes the shadow.
+    /// keeps its exposed inode number; its backing file becomes the shadow.
     /// When the file was deleted or replaced meanwhile, the writes go where an unlinked file's go.
     func publish(_ session: WriteSession, of node: Node, in nodes: NodeTable, durably: Bool) -> Int32 {
         guard session.shadow >= 0 else { return 0 }
@@ -177,14 +177,10 @@ final class Shadows: @unchecked Sendable {
                 nodes.abandonRepublish(node, previous: previous)
                 return false
             }
+            nodes.finishRepublish(node, previous: previous)
             return true
         }
         guard moved else { return nil }
-        let path = Backing.withProcPath(shadow) { open($0, O_PATH | O_CLOEXEC) }
-        if path >= 0 {
-            clinux_dup3(path, node.descriptor, O_CLOEXEC)
-            close(path)
-        }
         return parent
     }
 

@@ -25,7 +25,9 @@ final class MountedStore {
     }
 
     /// Installs the sample apps, then mounts the whole store, or one app with `app`.
-    init(app: String? = nil, extraArguments: [String] = [], prepare: (Store) throws -> Void = { _ in }) throws {
+    /// `descriptorLimit` caps the daemon's open descriptors (soft and hard, so it cannot raise it).
+    init(app: String? = nil, extraArguments: [String] = [], descriptorLimit: Int? = nil,
+         prepare: (Store) throws -> Void = { _ in }) throws {
         root = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         store = try Store.openOrCreate(root.appendingPathComponent("store").path)
@@ -35,10 +37,16 @@ final class MountedStore {
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
         arguments = ["mount", "-f", store.root, mountPoint] + extraArguments
         if let app { arguments += ["--app", app] }
+        if let descriptorLimit {
+            // prlimit execs the daemon: the pid stays the daemon's.
+            arguments = ["--nofile=\(descriptorLimit):\(descriptorLimit)", "--", MountedStore.executable] + arguments
+            executable = "/usr/bin/prlimit"
+        }
         try start(arguments)
     }
 
     private var arguments: [String] = []
+    private var executable = MountedStore.executable
 
     /// The running daemon's process id.
     var daemonPID: pid_t? { daemon?.processIdentifier }
@@ -59,7 +67,7 @@ final class MountedStore {
     private func start(_ arguments: [String]) throws {
         stderrPipe = Pipe()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: MountedStore.executable)
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.standardError = stderrPipe
         try process.run()
