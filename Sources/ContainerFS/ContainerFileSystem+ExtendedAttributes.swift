@@ -16,13 +16,15 @@ extension ContainerFileSystem {
         guard !node.isSymlink, virtualAttribute(name, of: node) == nil else { return request.reply(error: EPERM) }
         let ownedName = OwnedName(FileName(name))
         let ownedValue = Array(value)
-        changeAttributes(of: node, request) { path in
+        changeAttributes(of: node, named: name, request) { path in
             ownedName.withPointer { clinux_setxattr(path, $0, ownedValue, ownedValue.count, flags) }
         }
     }
 
     /// Runs a change of extended attributes (given the item's /proc path) as a coordinated metadata change.
-    private func changeAttributes(of node: Node, _ request: FuseRequest, _ change: @escaping (UnsafePointer<CChar>) -> Int32) {
+    private func changeAttributes(of node: Node, named name: UnsafePointer<CChar>, _ request: FuseRequest,
+                                  _ change: @escaping (UnsafePointer<CChar>) -> Int32) {
+        let choosesInPlace = strcmp(name, ContainerFileSystem.inPlaceAttribute) == 0
         coordination.perform(.metadataChange(nodes.itemPath(of: node)), isDirectory: node.isDirectory,
                              caller: request.caller) { access in
             var error = Backing.check(node.withProcPath(change))
@@ -33,6 +35,7 @@ extension ContainerFileSystem {
                     return Backing.check(Backing.withProcPath(session.shadow, change))
                 }
             }
+            if error == 0, choosesInPlace { self.inPlaceGeneration.add(1, ordering: .releasing) }
             access.end(tookEffect: error == 0)
             request.reply(error: error)
         }
@@ -103,6 +106,6 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
         guard !node.isSymlink, virtualAttribute(name, of: node) == nil else { return request.reply(error: EPERM) }
         let ownedName = OwnedName(FileName(name))
-        changeAttributes(of: node, request) { path in ownedName.withPointer { clinux_removexattr(path, $0) } }
+        changeAttributes(of: node, named: name, request) { path in ownedName.withPointer { clinux_removexattr(path, $0) } }
     }
 }

@@ -121,6 +121,8 @@ extension ContainerFileSystem {
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }
+            // What is above the moved item changed, and with it whether it writes in place.
+            self.inPlaceGeneration.add(1, ordering: .releasing)
             // Before the answer, while the kernel keeps lookups of these names waiting.
             var changed = newOwned.withPointer { self.noteMoved(name: FileName($0), in: to, from: from, oldName: oldName.bytes) }
             if flags & RENAME_EXCHANGE != 0 {

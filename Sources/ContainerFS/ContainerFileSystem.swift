@@ -4,6 +4,7 @@ import Containers
 import Coordination
 import FUSELowLevel
 import Glibc
+import Synchronization
 
 /// How long the kernel may trust what it was told.
 public struct CacheTimeouts: Sendable {
@@ -28,6 +29,9 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     let shadows: Shadows
     /// The control socket's path, which every item tells clients in an extended attribute.
     public var controlSocketPath: [UInt8] = []
+    /// Moves on whenever an in-place attribute is set or removed, or anything is renamed, through
+    /// the mount: the answers of `writesInPlace` cached by nodes are then asked again.
+    let inPlaceGeneration = Atomic<UInt64>(1)
 
     /// `rootDescriptor` is an `O_PATH` descriptor on the directory shown at the mount point, whose
     /// zone is `.mountRoot` (a whole store) or `.containerRoot` (one app).
@@ -251,9 +255,15 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
         if error == 0, attributes.st_nlink > 1, !node.withSession({ $0?.fresh == true }) { return true }
-        return nodes.lineage(of: node).contains { item in
+        // The attribute on the file or a directory above it: asked once a generation (see inPlaceGeneration).
+        let generation = inPlaceGeneration.load(ordering: .acquiring)
+        let cached = node.inPlaceAnswer.load(ordering: .relaxed)
+        if cached >> 1 == generation { return cached & 1 == 1 }
+        let opted = nodes.lineage(of: node).contains { item in
             item.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
         }
+        node.inPlaceAnswer.store(generation << 1 | (opted ? 1 : 0), ordering: .relaxed)
+        return opted
     }
 
     /// False for a bundle file that changed since it was sealed: it is not served as if intact.

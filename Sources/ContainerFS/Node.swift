@@ -59,6 +59,9 @@ final class Node {
     private static let placeLocks = (0..<64).map { _ in PlainMutex() }
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int>(0)
+    /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
+    /// past the generation it was asked in (0: never asked).
+    let inPlaceAnswer = Atomic<UInt64>(0)
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {

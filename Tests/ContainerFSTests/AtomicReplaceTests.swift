@@ -124,6 +124,29 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testTheInPlaceChoiceFollowsItsAttributeAndRenames() {
+        /// Whether a write to `path` shows before its writer closes (in place) or not (atomic).
+        func writesInPlace(_ path: String) -> Bool {
+            Shell.run("""
+            python3 -c "
+            import subprocess, sys, uuid
+            mark = uuid.uuid4().hex; w = open('\(path)', 'w'); w.write(mark); w.flush()
+            seen = subprocess.run(['cat', '\(path)'], capture_output=True, text=True).stdout
+            w.close()
+            sys.exit(0 if seen == mark else 1)"
+            """, in: home).status == 0
+        }
+        sh("mkdir -p Documents/db Documents/plain && echo old > Documents/db/p && echo old > Documents/plain/q")
+        XCTAssertFalse(writesInPlace("Documents/db/p"))
+        sh("setfattr -n user.containerfs.write-in-place -v 1 Documents/db")
+        XCTAssertTrue(writesInPlace("Documents/db/p"), "the attribute set on the directory above")
+        XCTAssertFalse(writesInPlace("Documents/plain/q"))
+        sh("mv Documents/plain/q Documents/db/q")
+        XCTAssertTrue(writesInPlace("Documents/db/q"), "moved below the attribute")
+        sh("setfattr -x user.containerfs.write-in-place Documents/db")
+        XCTAssertFalse(writesInPlace("Documents/db/p"), "the attribute removed")
+    }
+
     func testTmpCachesAndOptedOutFilesWriteInPlace() {
         for path in ["tmp/p", "Library/Caches/p", "Documents/db/p"] {
             sh("mkdir -p \(path.split(separator: "/").dropLast().joined(separator: "/")) && echo old > \(path)")
