@@ -250,8 +250,9 @@ extension ContainerFileSystem {
             return request.replySuccess()
         }
         let (error, published) = publish(handle.node, durably: false)
-        if published { didPublish(handle.node) }
+        // The next open asks the daemon anyway: the close need not wait for the kernel's cache.
         request.reply(error: error)
+        if published { didPublish(handle.node) }
     }
 
     public func fsync(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
@@ -260,8 +261,8 @@ extension ContainerFileSystem {
             return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
         }
         let (error, published) = publish(handle.node, durably: true)
-        if published { didPublish(handle.node) }
         request.reply(error: error)
+        if published { didPublish(handle.node) }
     }
 
     /// Publishes a session's unpublished writes. The first publish ends the session's coordinated
