@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <linux/fs.h>
+#include <malloc.h>
 #include <unistd.h>
 #include <spawn.h>
 
@@ -26,7 +27,7 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
 }
 int clinux_ficlone(int destination, int source) { return ioctl(destination, FICLONE, source); }
-int clinux_dup3(int old_fd, int new_fd, int flags) { return dup3(old_fd, new_fd, flags); }
+int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }
 ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size) { return lgetxattr(path, name, value, size); }

@@ -2,7 +2,8 @@ import FUSELowLevel
 import Glibc
 
 /// One version of a backing file, as far as the kernel's page cache needs to tell versions apart.
-struct FileVersion: Equatable {
+/// A class, so that a node that never needs one pays a pointer for it, not 64 bytes.
+final class FileVersion: Equatable {
     let key: BackingKey
     let size: Int
     let modified: Int
@@ -17,6 +18,11 @@ struct FileVersion: Equatable {
         modifiedNanoseconds = attributes.st_mtim.tv_nsec
         changed = attributes.st_ctim.tv_sec
         changedNanoseconds = attributes.st_ctim.tv_nsec
+    }
+
+    static func == (left: FileVersion, right: FileVersion) -> Bool {
+        (left.key, left.size, left.modified, left.modifiedNanoseconds, left.changed, left.changedNanoseconds)
+            == (right.key, right.size, right.modified, right.modifiedNanoseconds, right.changed, right.changedNanoseconds)
     }
 }
 

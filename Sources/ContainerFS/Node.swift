@@ -1,4 +1,6 @@
+import CLinux
 import Containers
+import Dispatch
 import Coordination
 import FUSELowLevel
 import Glibc
@@ -251,6 +253,8 @@ final class NodeTable {
         /// Numbers still shown by aliased files, which a new backing file must not show too.
         var retired: Set<UInt64> = []
         var nextAlias: UInt64 = 1 << 48
+        /// The most nodes indexed since memory was last given back (see `forget`).
+        var peak = 0
 
         /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
         /// number has lost it (the number was reused), and must never stand for the new one.
@@ -258,6 +262,16 @@ final class NodeTable {
             if let previous = nodes.updateValue(node, forKey: key), previous !== node, previous.key == key {
                 previous.evict()
             }
+            peak = max(peak, nodes.count)
+        }
+
+        /// Whether the table shrank so far below its peak that its memory should go back: the
+        /// index is rebuilt at its new size (a dictionary never shrinks by itself).
+        mutating func shrinkIfFarBelowPeak() -> Bool {
+            guard peak - nodes.count >= 10_000, nodes.count * 2 < peak else { return false }
+            nodes = Dictionary(uniqueKeysWithValues: nodes.map { ($0.key, $0.value) })
+            peak = nodes.count
+            return true
         }
 
         mutating func exposedInode(for key: BackingKey) -> UInt64 {
@@ -334,13 +348,17 @@ final class NodeTable {
     func forget(_ inode: InodeNumber, count: UInt64) {
         let node = node(inode)
         guard node !== root else { return }
-        state.withLock { state in
-            guard node.lookups > 0 else { return }
+        let shrunk = state.withLock { state -> Bool in
+            guard node.lookups > 0 else { return false }
             node.lookups -= min(count, node.lookups)
-            guard node.lookups == 0 else { return }
+            guard node.lookups == 0 else { return false }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
             Unmanaged.passUnretained(node).release()
+            return state.shrinkIfFarBelowPeak()
         }
+        // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
+        // daemon gives it back to the system.
+        if shrunk { DispatchQueue.global(qos: .utility).async { _ = clinux_malloc_trim(0) } }
     }
 
     func existing(_ key: BackingKey) -> Node? {

@@ -21,7 +21,8 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
 int clinux_ficlone(int destination, int source);
-int clinux_dup3(int old_fd, int new_fd, int flags);
+/// Gives memory malloc keeps for later use back to the system.
+int clinux_malloc_trim(size_t pad);
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size);
 ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size);
