@@ -54,8 +54,7 @@ extension ContainerFileSystem {
             // Each reader keeps the version it opened (see cacheUse).
             let versioned = !writing && !node.zone.writesInPlaceByDefault
             let cache = self.cacheUse(of: node, descriptor: descriptor, versioned: versioned)
-            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access,
-                                               readsDirectly: cache == .bypass), cache: cache)
+            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: cache)
         }
     }
 
@@ -207,8 +206,7 @@ extension ContainerFileSystem {
     public func read(_ request: FuseRequest, inode: InodeNumber, size: Int, offset: off_t, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
         let error = withDescriptor(of: handle) { request.reply(dataFrom: $0, size: size, offset: offset) }
-        if error != 0 { return request.reply(error: error) }
-        if handle.readsDirectly { readAhead(handle, offset: offset, size: size) }
+        if error != 0 { request.reply(error: error) }
     }
 
     public func write(_ request: FuseRequest, inode: InodeNumber, data: UnsafeMutablePointer<fuse_bufvec>,

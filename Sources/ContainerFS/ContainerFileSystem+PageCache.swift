@@ -73,12 +73,4 @@ extension ContainerFileSystem {
         guard !handle.writesThroughSession, handle.descriptor >= 0 else { return currentAttributes(of: handle.node) }
         return Backing.attributes(of: handle.descriptor)
     }
-
-    /// Starts reading ahead in the backing file after a sequential direct read, which the kernel
-    /// does not read ahead: the next request then finds its data in memory.
-    func readAhead(_ handle: OpenFile, offset: off_t, size: Int) {
-        let end = offset + off_t(size)
-        guard handle.readAheadFrom.exchange(end, ordering: .relaxed) == offset, size >= 65536 else { return }
-        _ = posix_fadvise(handle.descriptor, end, off_t(size * 4), POSIX_FADV_WILLNEED)
-    }
 }

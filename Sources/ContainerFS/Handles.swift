@@ -10,22 +10,17 @@ final class OpenFile {
     let writesThroughSession: Bool
     /// Whether writes go to the end whatever their offset (`O_APPEND`).
     let appends: Bool
-    /// Whether reads bypass the page cache (and so the kernel's read-ahead).
-    let readsDirectly: Bool
-    /// Where a sequential direct read would go on (see `readAhead`).
-    let readAheadFrom = Atomic<Int>(0)
     /// The coordinated read, or in-place write, held while the file is open.
     let access: CoordinatedAccess?
     /// Whether an in-place handle wrote anything (presenters then hear "did change").
     var wrote = false
 
     init(descriptor: Int32, node: Node, writesThroughSession: Bool = false, appends: Bool = false,
-         access: CoordinatedAccess?, readsDirectly: Bool = false) {
+         access: CoordinatedAccess?) {
         self.descriptor = descriptor
         self.node = node
         self.writesThroughSession = writesThroughSession
         self.appends = appends
-        self.readsDirectly = readsDirectly
         self.access = access
         node.openHandles.add(1, ordering: .relaxed)
     }
