@@ -255,13 +255,16 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
         if error == 0, attributes.st_nlink > 1, !node.withSession({ $0?.fresh == true }) { return true }
-        // The attribute on the file or a directory above it: asked once a generation (see inPlaceGeneration).
-        let generation = inPlaceGeneration.load(ordering: .acquiring)
+        return optsIntoInPlace(node, generation: inPlaceGeneration.load(ordering: .acquiring))
+    }
+
+    /// Whether `node` or a directory above it carries `inPlaceAttribute`. Each node asks once a
+    /// generation (see `inPlaceGeneration`), so a new file costs one getxattr: its parent knows.
+    private func optsIntoInPlace(_ node: Node, generation: UInt64) -> Bool {
         let cached = node.inPlaceAnswer.load(ordering: .relaxed)
         if cached >> 1 == generation { return cached & 1 == 1 }
-        let opted = nodes.lineage(of: node).contains { item in
-            item.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
-        }
+        var opted = node.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
+        if !opted, let (parent, _) = nodes.place(of: node) { opted = optsIntoInPlace(parent, generation: generation) }
         node.inPlaceAnswer.store(generation << 1 | (opted ? 1 : 0), ordering: .relaxed)
         return opted
     }

@@ -456,15 +456,6 @@ final class NodeTable {
     /// The parent and name `node` was last seen under (nil for the root).
     func place(of node: Node) -> (parent: Node, name: [UInt8])? { node.lastSeen }
 
-    /// The node and the directories above it, nearest first, as last seen.
-    func lineage(of node: Node) -> [Node] {
-        state.withLock { _ in
-            var chain = [node]
-            while let parent = chain.last!.parent { chain.append(parent) }
-            return chain
-        }
-    }
-
     /// The item's path from the mount root, as coordination and presenters name it.
     func itemPath(of node: Node) -> ItemPath {
         state.withLock { _ in
