@@ -86,19 +86,30 @@ final class Shadows: @unchecked Sendable {
     }
 
     private func fill(_ shadow: Int32, from node: Node, copyingData: Bool) -> Int32 {
-        let original = node.withProcPath { open($0, O_RDONLY | O_CLOEXEC) }
-        guard original >= 0 else { return errno }
-        defer { close(original) }
-        var attributes = stat()
-        guard fstat(original, &attributes) == 0 else { return errno }
-        if copyingData, attributes.st_size > 0, clinux_ficlone(shadow, original) != 0 {
-            let error = copyData(from: original, to: shadow)
-            if error != 0 { return error }
+        // An empty shadow needs only the file's attributes, which its O_PATH descriptor gives.
+        let error = node.withDescriptor { descriptor -> Int32 in
+            var attributes = stat()
+            guard fstat(descriptor, &attributes) == 0 else { return errno }
+            if copyingData, attributes.st_size > 0 {
+                let original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) }
+                guard original >= 0 else { return errno }
+                defer { close(original) }
+                if clinux_ficlone(shadow, original) != 0 {
+                    let error = copyData(from: original, to: shadow)
+                    if error != 0 { return error }
+                }
+            }
+            if fchmod(shadow, attributes.st_mode & 0o7777) != 0 { return errno }
+            // The shadow is the daemon's; as root, it takes the file's owner.
+            if Shadows.daemonIsRoot, attributes.st_uid != 0 || attributes.st_gid != Shadows.daemonGroup,
+               fchown(shadow, attributes.st_uid, attributes.st_gid) != 0 { return errno }
+            return Backing.withProcPath(descriptor) { copyExtendedAttributes(from: $0, to: shadow) }
         }
-        if fchmod(shadow, attributes.st_mode & 0o7777) != 0 { return errno }
-        if geteuid() == 0, fchown(shadow, attributes.st_uid, attributes.st_gid) != 0 { return errno }
-        return copyExtendedAttributes(from: original, to: shadow)
+        return error < 0 ? errno : error
     }
+
+    private static let daemonIsRoot = geteuid() == 0
+    private static let daemonGroup = getegid()
 
     private func copyData(from source: Int32, to destination: Int32) -> Int32 {
         while true {
@@ -110,18 +121,19 @@ final class Shadows: @unchecked Sendable {
         }
     }
 
-    private func copyExtendedAttributes(from source: Int32, to destination: Int32) -> Int32 {
-        let size = clinux_flistxattr(source, nil, 0)
+    /// Copies every extended attribute of the item at `source` (a path) to `destination`.
+    private func copyExtendedAttributes(from source: UnsafePointer<CChar>, to destination: Int32) -> Int32 {
+        let size = clinux_listxattr(source, nil, 0)
         guard size > 0 else { return size < 0 && errno != ENOTSUP ? errno : 0 }
         var names = [CChar](repeating: 0, count: size)
-        let listed = clinux_flistxattr(source, &names, size)
+        let listed = clinux_listxattr(source, &names, size)
         guard listed >= 0 else { return errno }
         var value = [UInt8](repeating: 0, count: 65536)
         var start = 0
         while start < listed {
             let error = names.withUnsafeBufferPointer { buffer -> Int32 in
                 let name = buffer.baseAddress! + start
-                let length = clinux_fgetxattr(source, name, &value, value.count)
+                let length = clinux_getxattr(source, name, &value, value.count)
                 guard length >= 0 else { return errno }
                 return clinux_fsetxattr(destination, name, value, length, 0) == 0 ? 0 : errno
             }
