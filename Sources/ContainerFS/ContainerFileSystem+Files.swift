@@ -91,8 +91,8 @@ extension ContainerFileSystem {
         }
     }
 
-    /// A handle writing through its node's session. Writers bypass the page cache, which readers
-    /// of the published version share.
+    /// A handle writing through its node's session. Writers bypass the page cache: their writes go
+    /// to the shadow, never to pages of the published version.
     private func sessionHandle(for node: Node, flags: Int32) -> OpenFile {
         OpenFile(descriptor: -1, node: node, writesThroughSession: true, appends: flags & O_APPEND != 0, access: nil)
     }
@@ -204,8 +204,9 @@ extension ContainerFileSystem {
     }
 
     public func read(_ request: FuseRequest, inode: InodeNumber, size: Int, offset: off_t, file: FileInfo) {
-        let handle = Handle.get(file, as: OpenFile.self)
-        let error = withDescriptor(of: handle) { request.reply(dataFrom: $0, size: size, offset: offset) }
+        let error = withDescriptor(of: Handle.get(file, as: OpenFile.self)) {
+            request.reply(dataFrom: $0, size: size, offset: offset)
+        }
         if error != 0 { request.reply(error: error) }
     }
 
@@ -215,8 +216,9 @@ extension ContainerFileSystem {
         handle.wrote = true
         var written = 0
         let error = withDescriptor(of: handle, writer: file.lockOwner) { descriptor in
-            // An appending writer's offset is the kernel's size, which cached readers of the previous
-            // version may have set back to theirs: appends go to the shadow's end.
+            // An appending writer's offset is the kernel's size, which a reader of the previous version
+            // seeking to its end sets back to its own (see attributes(seenThrough:)): appends go to
+            // the shadow's end.
             written = cfuse_write_buf_to_fd(data, descriptor, handle.appends ? Glibc.lseek(descriptor, 0, SEEK_END) : offset)
         }
         if error != 0 { return request.reply(error: error) }

@@ -38,6 +38,26 @@ final class DescriptorTests: MountedTestCase {
         sh("echo more > Documents/many/extra && cat Documents/many/extra")
     }
 
+    func testTheTableShrinksWhenTheKernelForgets() throws {
+        // Enough files for the node table to rebuild its index and give memory back once the
+        // kernel forgets them; a file open meanwhile keeps its node, and everything still answers.
+        let folder = mounted.backing() + "/Documents/more"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        for index in 0..<12_000 {
+            close(open(folder + "/f\(index)", O_WRONLY | O_CREAT | O_CLOEXEC, 0o644))
+        }
+        syscall("""
+        kept = open('Documents/many/f1', 'rb')
+        for name in os.listdir('Documents/more'):
+            os.lstat('Documents/more/' + name)
+        os.system('sync; echo 2 > /proc/sys/vm/drop_caches')
+        assert os.fstat(kept.fileno()).st_ino == os.stat('Documents/many/f1').st_ino
+        assert len(os.listdir('Documents/more')) == 12000
+        os.lstat('Documents/more/f11999')
+        """, errno: 0)
+        sh("echo after > Documents/more/new && cat Documents/more/new")
+    }
+
     func testRenamedAndUnlinkedFilesStayReachable() {
         syscall("""
         fd = os.open('Documents/kept', os.O_RDWR | os.O_CREAT, 0o600)
