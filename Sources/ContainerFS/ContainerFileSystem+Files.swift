@@ -25,7 +25,8 @@ extension ContainerFileSystem {
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
-        guard !isStale(node) else { return request.reply(error: ESTALE) }
+        // A writer coming to a node left to cached readers looks the name up again, as above.
+        guard !isStale(node), !(writing && node.isDetached) else { return request.reply(error: ESTALE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
         if writing && !writesInPlace(node) {
@@ -40,35 +41,55 @@ extension ContainerFileSystem {
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
                              isDirectory: node.isDirectory, caller: request.caller) { access in
+            // Each reader of an atomically replaced file keeps the version it opened: through the
+            // page cache while no writer is there, admitted first so that none starts until it opens.
+            let versioned = !writing && node.isRegularFile && !node.zone.writesInPlaceByDefault
+            let cachedReader = versioned && node.admitCachedReader()
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
             let descriptor = node.withProcPath { Glibc.open($0, openFlags) }
             guard descriptor >= 0 else {
                 let error = errno
+                if cachedReader { node.dismissCachedReader() }
                 access.end(tookEffect: false)
                 return request.reply(error: error)
             }
             guard node.isRegularFile else {
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
             }
-            // Each reader keeps the version it opened (see cacheUse).
-            let versioned = !writing && !node.zone.writesInPlaceByDefault
-            let cache = self.cacheUse(of: node, descriptor: descriptor, versioned: versioned)
-            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: cache)
+            let cache = versioned && !cachedReader ? .bypass : self.cacheUse(of: node, descriptor: descriptor)
+            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, isCachedReader: cachedReader,
+                                               access: access), cache: cache)
         }
     }
 
     /// Whether the node lost its file behind the daemon's back: the name it was last seen under
     /// leads to no file, or to another. A node that lost its name through the mount (an unlink, a
-    /// rename over it) holds its file, and an open racing that opens it, as on a local disk.
+    /// rename over it) holds its file, and an open racing that opens it, as on a local disk. A
+    /// detached node holds its file too, but opens by name get it only while the name leads there.
     private func isStale(_ node: Node) -> Bool {
-        node.isRegularFile && !node.holdsItem && !node.isReachableByName
+        node.isRegularFile && (!node.holdsItem || node.isDetached) && !node.isReachableByName
+    }
+
+    /// Whether a writer (a session starting on `node`, none running) must leave the node to the
+    /// readers holding its pages: it then detaches the node, and the writer's ESTALE makes the
+    /// kernel look the name up again, for a node of the writer's own.
+    func yieldsToCachedReaders(_ node: Node, session: WriteSession?) -> Bool {
+        if node.isDetached { return true }
+        guard session == nil, node.cachedReaders > 0 else { return false }
+        nodes.detach(node)
+        return true
     }
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
     /// A new session keeps `access` until its first publish; a running one holds its own already.
     private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
         node.withSession { current in
+            if yieldsToCachedReaders(node, session: current) { return ESTALE }
+            if node.awaitsWriter {
+                node.awaitsWriter = false
+                nodes.writerArrived(at: node.key)
+            }
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             var error = shadows.prepare(session, of: node, truncated: truncating)
@@ -146,16 +167,26 @@ extension ContainerFileSystem {
                 // The new, empty file is a complete first version; what is written next is published at
                 // close, and only then do presenters hear that the file appeared.
                 var sessionError: Int32 = 0
+                var writtenNode = node
                 if !(made && self.startFreshSession(of: node, file: descriptor, announcing: access)) {
                     close(descriptor)
                     access.end(tookEffect: true)
                     sessionError = self.joinSession(of: node, truncating: truncating, access: nil)
+                    if sessionError == ESTALE, node.isDetached {
+                        // Left to its cached readers: the name gets a node for this writer.
+                        self.forget(entry.ino, count: 1)
+                        sessionError = self.lookupEntry(parent: parentNode, name: name, entry: &entry)
+                        guard sessionError == 0 else { return request.reply(error: sessionError) }
+                        writtenNode = self.nodes.node(entry.ino)
+                        sessionError = self.joinSession(of: writtenNode, truncating: truncating, access: nil)
+                    }
                 }
                 guard sessionError == 0 else {
                     self.forget(entry.ino, count: 1)
                     return request.reply(error: sessionError)
                 }
-                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: node, flags: flags), cache: .bypass)
+                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: writtenNode, flags: flags),
+                                  cache: .bypass)
             }
         }
     }
@@ -280,6 +311,7 @@ extension ContainerFileSystem {
     public func release(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
         let handle = Handle.take(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
+            if handle.isCachedReader { handle.node.dismissCachedReader() }
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }

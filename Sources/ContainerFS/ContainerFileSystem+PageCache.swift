@@ -36,17 +36,17 @@ enum CacheUse {
     case keep
 }
 
-// The kernel keeps one page cache and one size per inode. Atomic replace lets each reader keep the
-// version it opened while a writer fills a shadow, so readers and writers of atomically replaced
-// files use direct I/O: a cached reader's reads stop at the size the kernel knows, which a writer's
-// O_TRUNC, writes and stat calls move (stress/stress.py's ops 11 and 12 cut such reads short within
-// seconds). Files written in place share the cache as on any disk, and keep it while unchanged.
+// The kernel keeps one page cache and one size per inode, which a writer's O_TRUNC, writes and
+// stat calls move. Atomic replace lets each reader keep the version it opened while a writer fills
+// a shadow, so a reader of an atomically replaced file reads through the cache only while no write
+// session runs on its node, and a writer that comes meanwhile leaves the node (the kernel's inode)
+// to those readers and works on a node of its own (`yieldsToCachedReaders`). Readers during a
+// session bypass the cache. Files written in place share the cache as on any disk. Either keeps
+// its pages across opens while the file is unchanged.
 extension ContainerFileSystem {
-    /// How a handle open on `descriptor` uses the page cache: `versioned` handles (of atomically
-    /// replaced files) bypass it; others keep its pages when the file has not changed since they
-    /// were read.
-    func cacheUse(of node: Node, descriptor: Int32, versioned: Bool) -> CacheUse {
-        guard !versioned else { return .bypass }
+    /// How a handle open on `descriptor` uses the page cache, when it may: it keeps the pages the
+    /// kernel holds if the file has not changed since they were read.
+    func cacheUse(of node: Node, descriptor: Int32) -> CacheUse {
         var attributes = stat()
         guard fstat(descriptor, &attributes) == 0 else { return .refill }
         let version = FileVersion(attributes)

@@ -193,6 +193,8 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
         }
         return node.withSession { current in
+            // truncate(2) looks the name up again on ESTALE, for a node of its own.
+            if yieldsToCachedReaders(node, session: current) { return ESTALE }
             let session = current ?? WriteSession()
             var error = shadows.prepare(session, of: node, truncated: size == 0)
             if error == 0 { error = Backing.check(ftruncate(session.shadow, size)) }

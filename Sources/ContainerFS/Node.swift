@@ -53,8 +53,15 @@ final class Node {
     private var replacedKey: BackingKey?
     /// The write session of a regular file written through atomic replace; reached through `withSession`.
     private var writeSession: WriteSession?
-    /// The version whose pages the kernel may hold (files written in place); guarded with the session.
+    /// The version whose pages the kernel may hold; guarded with the session.
     private var cachedVersion: FileVersion?
+    /// Handles reading an atomically replaced file through the page cache; guarded with the session.
+    /// No write session runs on the node meanwhile: the kernel's one size and cache per inode stay
+    /// the readers' (see `ContainerFileSystem.cacheUse`).
+    private(set) var cachedReaders: Int32 = 0
+    /// Set on a node made for a file whose previous node a writer left to its cached readers: readers
+    /// bypass the cache until the writer comes, so that its retried open finds none. Guarded with the session.
+    var awaitsWriter = false
     /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
@@ -90,6 +97,20 @@ final class Node {
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
         Node.sessionLocks[stripe].withLock { body(&writeSession) }
+    }
+
+    /// Counts a reader through the page cache, unless a write session runs or is expected (the
+    /// reader then bypasses the cache).
+    func admitCachedReader() -> Bool {
+        Node.sessionLocks[stripe].withLock {
+            guard writeSession == nil, !awaitsWriter else { return false }
+            cachedReaders += 1
+            return true
+        }
+    }
+
+    func dismissCachedReader() {
+        Node.sessionLocks[stripe].withLock { cachedReaders -= 1 }
     }
 
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
@@ -163,6 +184,21 @@ final class Node {
     private let evicted = Atomic<Bool>(false)
 
     func evict() { evicted.store(true, ordering: .releasing) }
+
+    /// Set when a writer left the node to its cached readers (`NodeTable.detach`): later lookups of
+    /// its name get another node, and the node holds the version its readers read.
+    private let detachedFlag = Atomic<Bool>(false)
+
+    var isDetached: Bool { detachedFlag.load(ordering: .acquiring) }
+
+    /// Marks the node detached and pins its item, so that it keeps answering for that version
+    /// whatever later happens to the name.
+    fileprivate func markDetached() {
+        detachedFlag.store(true, ordering: .releasing)
+        guard !holdsItem else { return }
+        let descriptor = openByName()
+        if descriptor >= 0, !pin(descriptor) { close(descriptor) }
+    }
 
     /// Whether the node holds a descriptor on its item, which then keeps its inode number.
     var holdsItem: Bool { held >= 0 }
@@ -248,6 +284,9 @@ final class NodeTable {
 
     private struct State {
         var nodes: [BackingKey: Node] = [:]
+        /// Files whose node a writer left to cached readers (`detach`): their next nodes await the
+        /// writer (the kernel may forget the first before the writer's retried open reaches it).
+        var awaitingWriter: Set<BackingKey> = []
         /// Inode numbers that survive a publish: the new backing file shows the old number.
         var aliases: [BackingKey: UInt64] = [:]
         /// Numbers still shown by aliased files, which a new backing file must not show too.
@@ -325,6 +364,7 @@ final class NodeTable {
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
                                 zone: zone, parent: parent, name: name.copy)
                 node.lookups = 1
+                if !state.awaitingWriter.isEmpty, state.awaitingWriter.contains(key) { node.awaitsWriter = true }
                 // The kernel's references keep the node alive, whatever the index says later.
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)
@@ -359,6 +399,22 @@ final class NodeTable {
         // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
         // daemon gives it back to the system.
         if shrunk { DispatchQueue.global(qos: .utility).async { _ = clinux_malloc_trim(0) } }
+    }
+
+    /// Leaves `node` to the handles reading it through the page cache, when a writer comes: the
+    /// node keeps their version, and the next lookup of the name makes a node for the writer. The
+    /// kernel's inode is the readers' alone then, so the writer can move its size and cache no more.
+    func detach(_ node: Node) {
+        node.markDetached()
+        state.withLock { state in
+            if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            state.awaitingWriter.insert(node.key)
+        }
+    }
+
+    /// The writer `detach` made way for has come: the file's later nodes take cached readers again.
+    func writerArrived(at key: BackingKey) {
+        state.withLock { _ = $0.awaitingWriter.remove(key) }
     }
 
     func existing(_ key: BackingKey) -> Node? {

@@ -58,6 +58,47 @@ final class PageCacheTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testDocumentsReadersKeepCachedPagesWhileTheFileIsUnchanged() {
+        XCTAssertTrue(FileManager.default.createFile(atPath: mounted.backing() + "/Documents/c", contents: Data(repeating: 65, count: 1_000_000)))
+        sh("cat Documents/c > /dev/null")
+        syscall(residentPages + """
+
+        assert resident('Documents/c') > 200
+        """, errno: 0)
+    }
+
+    func testACachedReaderKeepsItsVersionWhenTruncatedByName() {
+        XCTAssertTrue(FileManager.default.createFile(atPath: mounted.backing() + "/Documents/t", contents: Data(repeating: 66, count: 300_000)))
+        syscall("""
+        reader = open('Documents/t', 'rb', buffering=0)
+        first = reader.read(1000)
+        os.truncate('Documents/t', 10)  # retried by the kernel on a node of its own
+        assert os.stat('Documents/t').st_size == 10
+        rest = reader.read(1 << 20)
+        assert first + rest == b'B' * 300000, len(first + rest)
+        assert os.fstat(reader.fileno()).st_size == 300000
+        reader.close()
+        assert open('Documents/t', 'rb').read() == b'B' * 10
+        """, errno: 0)
+    }
+
+    func testReadersAfterAPublishSeeTheNewVersionNotTheOldPages() {
+        XCTAssertTrue(FileManager.default.createFile(atPath: mounted.backing() + "/Documents/p", contents: Data(repeating: 67, count: 200_000)))
+        syscall("""
+        old = open('Documents/p', 'rb')
+        assert old.read(4096) == b'C' * 4096
+        for round in range(20):
+            with open('Documents/p', 'wb') as writer:
+                writer.write(bytes([68 + round % 20]) * (100000 + round))
+            with open('Documents/p', 'rb') as reader:
+                assert reader.read() == bytes([68 + round % 20]) * (100000 + round), round
+        assert old.read() == b'C' * (200000 - 4096)
+        old.close()
+        with open('Documents/p', 'rb') as reader:
+            assert reader.read() == bytes([68 + 19]) * 100019
+        """, errno: 0)
+    }
+
     func testAppendsLandAtTheEndWhileAnOlderReaderSeeksToItsEnd() {
         // tail -f on a log while a program appends to it: the reader's seek to its end asks for the
         // size of its version, which the kernel then takes for the file's, where appends go.
