@@ -25,11 +25,13 @@ extension ContainerFileSystem {
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
-        // A writer coming to a node left to cached readers looks the name up again, as above.
-        guard !isStale(node), !(writing && node.isDetached) else { return request.reply(error: ESTALE) }
+        guard !isStale(node) else { return request.reply(error: ESTALE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
         if writing && !writesInPlace(node) {
+            // A node left to cached readers, or that has some: the same, for a node of the writer's
+            // own, before presenters are asked to make way (joinSession checks again).
+            if node.withSession({ yieldsToCachedReaders(node, session: $0) }) { return request.reply(error: ESTALE) }
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
                 let error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access)
                 guard error == 0 else {
@@ -86,8 +88,8 @@ extension ContainerFileSystem {
     private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
         node.withSession { current in
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
-            if node.awaitsWriter {
-                node.awaitsWriter = false
+            if node.awaitsWriterUntil != 0 {
+                node.awaitsWriterUntil = 0
                 nodes.writerArrived(at: node.key)
             }
             let session = current ?? WriteSession()

@@ -59,9 +59,10 @@ final class Node {
     /// No write session runs on the node meanwhile: the kernel's one size and cache per inode stay
     /// the readers' (see `ContainerFileSystem.cacheUse`).
     private(set) var cachedReaders: Int32 = 0
-    /// Set on a node made for a file whose previous node a writer left to its cached readers: readers
-    /// bypass the cache until the writer comes, so that its retried open finds none. Guarded with the session.
-    var awaitsWriter = false
+    /// Set on a node made for a file whose previous node a writer left to its cached readers: until
+    /// the writer comes, or this uptime in nanoseconds, readers bypass the cache, so that the writer's
+    /// retried open finds none. 0 when not awaiting. Guarded with the session.
+    var awaitsWriterUntil: UInt64 = 0
     /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
@@ -103,7 +104,11 @@ final class Node {
     /// reader then bypasses the cache).
     func admitCachedReader() -> Bool {
         Node.sessionLocks[stripe].withLock {
-            guard writeSession == nil, !awaitsWriter else { return false }
+            guard writeSession == nil else { return false }
+            if awaitsWriterUntil != 0 {
+                guard DispatchTime.now().uptimeNanoseconds >= awaitsWriterUntil else { return false }
+                awaitsWriterUntil = 0
+            }
             cachedReaders += 1
             return true
         }
@@ -284,9 +289,10 @@ final class NodeTable {
 
     private struct State {
         var nodes: [BackingKey: Node] = [:]
-        /// Files whose node a writer left to cached readers (`detach`): their next nodes await the
-        /// writer (the kernel may forget the first before the writer's retried open reaches it).
-        var awaitingWriter: Set<BackingKey> = []
+        /// Files whose node a writer left to cached readers (`detach`), and until when their next
+        /// nodes await the writer (the kernel may forget the first before the writer's retried open
+        /// reaches it; a writer that never comes is not awaited for ever).
+        var awaitingWriter: [BackingKey: UInt64] = [:]
         /// Inode numbers that survive a publish: the new backing file shows the old number.
         var aliases: [BackingKey: UInt64] = [:]
         /// Numbers still shown by aliased files, which a new backing file must not show too.
@@ -364,7 +370,7 @@ final class NodeTable {
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
                                 zone: zone, parent: parent, name: name.copy)
                 node.lookups = 1
-                if !state.awaitingWriter.isEmpty, state.awaitingWriter.contains(key) { node.awaitsWriter = true }
+                if !state.awaitingWriter.isEmpty, let until = state.awaitingWriter[key] { node.awaitsWriterUntil = until }
                 // The kernel's references keep the node alive, whatever the index says later.
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)
@@ -406,15 +412,21 @@ final class NodeTable {
     /// kernel's inode is the readers' alone then, so the writer can move its size and cache no more.
     func detach(_ node: Node) {
         node.markDetached()
+        let now = DispatchTime.now().uptimeNanoseconds
         state.withLock { state in
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            state.awaitingWriter.insert(node.key)
+            if state.awaitingWriter.count >= 256 { state.awaitingWriter = state.awaitingWriter.filter { $0.value > now } }
+            state.awaitingWriter[node.key] = now + NodeTable.writerAwaited
         }
     }
 
+    /// How long the nodes made after a `detach` wait for the writer: its retried open may first
+    /// wait for presenters, as any coordinated write does.
+    static let writerAwaited: UInt64 = 30_000_000_000
+
     /// The writer `detach` made way for has come: the file's later nodes take cached readers again.
     func writerArrived(at key: BackingKey) {
-        state.withLock { _ = $0.awaitingWriter.remove(key) }
+        state.withLock { _ = $0.awaitingWriter.removeValue(forKey: key) }
     }
 
     func existing(_ key: BackingKey) -> Node? {

@@ -99,6 +99,45 @@ final class PageCacheTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testRewritesWhileReadersReadInPiecesNeitherFailNorCutReadsShort() {
+        // stress.py's ops 11 and 12 in brief: every writer's open must get through the readers'
+        // node (ESTALE, retried by the kernel), and no reader may see a size that is not its version's.
+        syscall("""
+        import multiprocessing, random, time
+        path = 'Documents/rewritten'
+        def body(n): return b'%d:' % n + b'w' * n
+        open(path, 'wb').write(body(1000))
+        def reader(seed, failures):
+            rng = random.Random(seed)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                with open(path, 'rb', buffering=0) as f:
+                    content = bytearray()
+                    while chunk := f.read(rng.choice((4096, 65536))):
+                        content += chunk
+                        if rng.random() < 0.3: os.stat(path)
+                header, _, rest = bytes(content).partition(b':')
+                if int(header) != len(rest): failures.put('cut at %d of %s' % (len(rest), header))
+        def writer(failures):
+            rng = random.Random(7)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                try:
+                    with open(path, 'wb') as f: f.write(body(rng.randrange(1, 300000)))
+                except OSError as error:
+                    failures.put('writer: %s' % error)
+        failures = multiprocessing.Queue()
+        workers = [multiprocessing.Process(target=reader, args=(n, failures)) for n in range(3)]
+        workers.append(multiprocessing.Process(target=writer, args=(failures,)))
+        for w in workers: w.start()
+        for w in workers: w.join()
+        assert all(w.exitcode == 0 for w in workers), [w.exitcode for w in workers]
+        found = []
+        while not failures.empty(): found.append(failures.get())
+        assert not found, found[:5]
+        """, errno: 0)
+    }
+
     func testAppendsLandAtTheEndWhileAnOlderReaderSeeksToItsEnd() {
         // tail -f on a log while a program appends to it: the reader's seek to its end asks for the
         // size of its version, which the kernel then takes for the file's, where appends go.
