@@ -103,6 +103,8 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         }
         let zone = parent.zone.child(named: name.bytes)
         let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent, name: name)
+        // A fresh file's second link is its mark in the shadow directory (see currentAttributes).
+        if attributes.st_nlink > 1, node.isRegularFile, node.withSession({ $0?.fresh == true }) { attributes.st_nlink -= 1 }
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes

@@ -52,6 +52,20 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testANewFileBeingWrittenShowsOneLinkWhenLookedUpAgain() {
+        // Its mark in the shadow directory is a second link no one made through the mount.
+        syscall("""
+        import subprocess, time
+        writer = open('Documents/linked', 'w')
+        writer.write('x' * 100)
+        writer.flush()
+        time.sleep(1.2)  # the kernel's entry expires: stat looks the name up again
+        links = subprocess.run(['stat', '-c', '%h', 'Documents/linked'], capture_output=True, text=True).stdout
+        assert links == '1\\n', repr(links)
+        writer.close()
+        """, errno: 0)
+    }
+
     func testANewFileWhoseWriterIsKilledStaysEmpty() {
         let result = Shell.run("python3 -c \"import os; f = open('Documents/k', 'w'); f.write('torn'); f.flush(); os.kill(os.getpid(), 9)\"",
                                in: home)
