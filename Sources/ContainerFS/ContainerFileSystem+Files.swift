@@ -94,11 +94,9 @@ extension ContainerFileSystem {
             }
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
-            var error = shadows.prepare(session, of: node, truncated: truncating)
-            if error == 0, truncating {
-                error = Backing.check(ftruncate(session.shadow, 0))
-                session.dirty = true
-            }
+            // A truncating writer's shadow is a new, empty file.
+            let error = shadows.prepare(session, of: node, truncated: truncating)
+            if error == 0, truncating { session.dirty = true }
             guard error == 0 else {
                 if current == nil { shadows.discard(session) }
                 return error
@@ -317,7 +315,7 @@ extension ContainerFileSystem {
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }
-        let (ended, published): (Bool, Bool) = handle.node.withSession { current in
+        let (published, discarded): (Bool, Bool) = handle.node.withSession { current in
             guard let session = current else { return (false, false) }
             session.writers -= 1
             guard session.writers == 0 else { return (false, false) }
@@ -325,10 +323,10 @@ extension ContainerFileSystem {
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil
-            return (true, wasDirty && error == 0)
+            return (wasDirty && error == 0, session.unpublished)
         }
         request.replySuccess()
-        if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }
+        if published { didPublish(handle.node) } else if discarded { didDiscard(handle.node) }
     }
 
     public func fallocate(_ request: FuseRequest, inode: InodeNumber, mode: Int32, offset: off_t, length: off_t,

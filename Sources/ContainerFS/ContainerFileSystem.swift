@@ -64,7 +64,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         connection.pointee.want = want
     }
 
-    public func destroy() {}
+    public func destroy() { shadows.finishRemovals() }
 
     // MARK: Names and attributes
 

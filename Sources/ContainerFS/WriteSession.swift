@@ -1,5 +1,7 @@
 import CLinux
+import Dispatch
 import Containers
+import Coordination
 import Glibc
 import Synchronization
 
@@ -13,7 +15,10 @@ final class WriteSession {
     /// Open write handles sharing the session.
     var writers = 0
     /// Whether the shadow holds writes not yet published.
-    var dirty = false
+    var dirty = false { didSet { if dirty { unpublished = true } } }
+    /// Whether the kernel may have heard of a size no publish made: set with `dirty`, cleared when
+    /// a publish puts the shadow in place.
+    var unpublished = false
     /// The error of a write that failed (a full disk): the shadow is then never published, and
     /// the writer's close reports it. The previous version stays.
     var failure: Int32 = 0
@@ -38,7 +43,52 @@ final class Shadows: @unchecked Sendable {
     let directory: Int32
     private let counter = Atomic<UInt64>(0)
 
+    /// Unlinks the previous versions that publishes swap out. Freeing an inode and its blocks is the
+    /// dearest step of a publish (a rename over the file did it, in the writer's close), and no one
+    /// waits for it.
+    private let remover = DispatchQueue(label: "containerfs.shadows.remover", qos: .utility)
+
+    /// Empty shadows made ahead on `remover`'s queue: allocating an inode is the next dearest step,
+    /// which a writer's open then does not wait for.
+    private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
+    private static let sparesKept = 4
+
     init(directory: Int32) { self.directory = directory }
+
+    /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
+    /// remove them too).
+    func finishRemovals() {
+        remover.sync {}
+        for spare in spares.withLock({ spares in defer { spares = [] }; return spares }) {
+            close(spare.descriptor)
+            unlinkat(directory, spare.name, 0)
+        }
+    }
+
+    /// A new, empty shadow file, open for reading and writing: a spare if there is one.
+    private func makeShadow() -> (descriptor: Int32, name: [CChar])? {
+        let (spare, left) = spares.withLock { spares in (spares.popLast(), spares.count) }
+        if left < Shadows.sparesKept / 2 { remover.async { self.makeSpares() } }
+        if let spare {
+            // Made a while ago: its times are set to now, as a new file's would be.
+            if futimens(spare.descriptor, nil) == 0 { return spare }
+            close(spare.descriptor)
+            unlinkat(directory, spare.name, 0)
+        }
+        return createShadow()
+    }
+
+    private func createShadow() -> (descriptor: Int32, name: [CChar])? {
+        var name = nextName("shadow-")
+        let shadow = openat(directory, &name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        return shadow >= 0 ? (shadow, name) : nil
+    }
+
+    private func makeSpares() {
+        while spares.withLock({ $0.count }) < Shadows.sparesKept, let spare = createShadow() {
+            spares.withLock { $0.append(spare) }
+        }
+    }
 
     /// A new name in the shadow directory: `prefix` and a number, NUL-terminated.
     private func nextName(_ prefix: StaticString) -> [CChar] {
@@ -71,13 +121,11 @@ final class Shadows: @unchecked Sendable {
     /// (a reflink where the filesystem has them). The shadow keeps the file's mode, owner and xattrs.
     func prepare(_ session: WriteSession, of node: Node, truncated: Bool) -> Int32 {
         guard session.shadow < 0 else { return 0 }
-        var name = nextName("shadow-")
-        let shadow = openat(directory, &name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard shadow >= 0 else { return errno }
+        guard let (shadow, name) = makeShadow() else { return errno }
         let error = fill(shadow, from: node, copyingData: !truncated)
         guard error == 0 else {
             close(shadow)
-            unlinkat(directory, &name, 0)
+            unlinkat(directory, name, 0)
             return error
         }
         session.shadow = shadow
@@ -161,39 +209,52 @@ final class Shadows: @unchecked Sendable {
             // The file is in place already: without its mark, it is published.
             unlinkat(directory, session.shadowName, 0)
             session.shadowName = []
+            session.unpublished = false
             if durably {
                 _ = fsync(directory)
                 if let (parent, _) = nodes.place(of: node) { _ = fsync(parent.descriptor) }
             }
             return 0
         }
-        guard let parent = moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes,
-                                         exchanging: false) else { return 0 }
+        guard let (parent, exchanged) = moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes,
+                                                      exchanging: false) else { return 0 }
+        if exchanged {
+            // The shadow's name now leads to the previous version.
+            let name = session.shadowName
+            remover.async { [directory] in _ = unlinkat(directory, name, 0) }
+        }
         session.shadowName = []
+        session.unpublished = false
         if durably { _ = fsync(parent.descriptor) }
         return 0
     }
 
-    /// Renames the session's shadow over the file `node` shows, or swaps the two, and points the
-    /// node at it. Returns the directory, or nil when the name no longer leads to the node's file.
+    /// Puts the session's shadow in place of the file `node` shows, and points the node at it. The
+    /// two swap places (the previous version then has the shadow's name) unless the filesystem
+    /// cannot swap and `exchanging` is false: then the shadow is renamed over the file. Returns the
+    /// directory and whether they swapped, or nil when the name no longer leads to the node's file.
     private func moveIntoPlace(_ shadow: Int32, named shadowName: [CChar], of node: Node, in nodes: NodeTable,
-                               exchanging: Bool) -> Node? {
+                               exchanging: Bool) -> (Node, exchanged: Bool)? {
         guard let (parent, name) = nodes.place(of: node) else { return nil }
         var attributes = stat()
         guard fstat(shadow, &attributes) == 0 else { return nil }
-        let moved = Backing.withCName(name) { cName -> Bool in
-            guard Backing.key(of: cName, in: parent.descriptor) == node.key else { return false }
+        let moved = Backing.withCName(name) { cName -> Bool? in
+            guard Backing.key(of: cName, in: parent.descriptor) == node.key else { return nil }
             let previous = nodes.republish(node, as: attributes)
-            guard clinux_renameat2(directory, shadowName, parent.descriptor, cName,
-                                   exchanging ? UInt32(RENAME_EXCHANGE) : 0) == 0 else {
+            var result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, UInt32(RENAME_EXCHANGE))
+            var exchanged = true
+            if result != 0, errno == EINVAL, !exchanging {
+                result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, 0)
+                exchanged = false
+            }
+            guard result == 0 else {
                 nodes.abandonRepublish(node, previous: previous)
-                return false
+                return nil
             }
             nodes.finishRepublish(node, previous: previous)
-            return true
+            return exchanged
         }
-        guard moved else { return nil }
-        return parent
+        return moved.map { (parent, $0) }
     }
 
     /// Someone else opens a file that `session` writes in place since creating it: its name gets

@@ -124,6 +124,27 @@ final class AtomicReplaceTests: MountedTestCase {
                        "one directory of shadows: this daemon's")
     }
 
+    func testPreviousVersionsAreRemovedAfterTheirPublish() throws {
+        // A publish swaps the shadow in and unlinks the previous version off the request path.
+        sh("for n in $(seq 1 40); do head -c 100000 /dev/urandom > Documents/versions; done")
+        let daemons = try FileManager.default.contentsOfDirectory(atPath: mounted.store.workPath + "/shadows")
+        XCTAssertEqual(daemons.count, 1)
+        let directory = mounted.store.workPath + "/shadows/" + daemons[0]
+        let deadline = Date().addingTimeInterval(10)
+        var holding: [String] = []
+        repeat {
+            holding = try FileManager.default.contentsOfDirectory(atPath: directory).filter { name in
+                var attributes = stat()
+                return lstat(directory + "/" + name, &attributes) != 0 || attributes.st_size > 0
+            }
+            if holding.isEmpty { break }
+            usleep(50_000)
+        } while Date() < deadline
+        XCTAssertEqual(holding, [], "only empty spares are left")
+        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: directory).count, 4)
+        XCTAssertEqual(sh("stat -c %s Documents/versions"), "100000\n")
+    }
+
     func testFsyncPublishesWhatWasWrittenSoFar() {
         syscall("""
         import subprocess
