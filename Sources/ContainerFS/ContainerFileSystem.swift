@@ -264,7 +264,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
 
     /// Whether `node` or a directory above it carries `inPlaceAttribute`. Each node asks once a
     /// generation (see `inPlaceGeneration`), so a new file costs one getxattr: its parent knows.
-    private func optsIntoInPlace(_ node: Node, generation: UInt64) -> Bool {
+    func optsIntoInPlace(_ node: Node, generation: UInt64) -> Bool {
         let cached = node.inPlaceAnswer.load(ordering: .relaxed)
         if cached >> 1 == generation { return cached & 1 == 1 }
         var opted = node.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0

@@ -15,10 +15,7 @@ final class WriteSession {
     /// Open write handles sharing the session.
     var writers = 0
     /// Whether the shadow holds writes not yet published.
-    var dirty = false { didSet { if dirty { unpublished = true } } }
-    /// Whether the kernel may have heard of a size no publish made: set with `dirty`, cleared when
-    /// a publish puts the shadow in place.
-    var unpublished = false
+    var dirty = false
     /// The error of a write that failed (a full disk): the shadow is then never published, and
     /// the writer's close reports it. The previous version stays.
     var failure: Int32 = 0
@@ -53,7 +50,15 @@ final class Shadows: @unchecked Sendable {
     private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
     private static let sparesKept = 4
 
-    init(directory: Int32) { self.directory = directory }
+    /// The daemon's umask, which `openat` would apply to a new file's mode (read at start, when no
+    /// other thread makes files).
+    private let creationMask: mode_t
+
+    init(directory: Int32) {
+        self.directory = directory
+        creationMask = umask(0o022)
+        umask(creationMask)
+    }
 
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
     /// remove them too).
@@ -67,15 +72,49 @@ final class Shadows: @unchecked Sendable {
 
     /// A new, empty shadow file, open for reading and writing: a spare if there is one.
     private func makeShadow() -> (descriptor: Int32, name: [CChar])? {
+        takeSpare() ?? createShadow()
+    }
+
+    /// A spare, if there is one, its times set to now as a new file's would be.
+    private func takeSpare() -> (descriptor: Int32, name: [CChar])? {
         let (spare, left) = spares.withLock { spares in (spares.popLast(), spares.count) }
         if left < Shadows.sparesKept / 2 { remover.async { self.makeSpares() } }
-        if let spare {
-            // Made a while ago: its times are set to now, as a new file's would be.
-            if futimens(spare.descriptor, nil) == 0 { return spare }
+        guard let spare else { return nil }
+        if futimens(spare.descriptor, nil) == 0 { return spare }
+        close(spare.descriptor)
+        unlinkat(directory, spare.name, 0)
+        return nil
+    }
+
+    /// Creates `name` in `parent` from a spare, with `mode`: the spare, made ahead, is linked there,
+    /// open for reading and writing, and its name in the shadow directory goes to `spareName`
+    /// (`adoptFresh` makes it the new file's mark). -1 with errno set on failure: EEXIST when the
+    /// name is taken, EAGAIN when there is no spare.
+    func createFromSpare(_ name: UnsafePointer<CChar>, in parent: Int32, mode: mode_t, spareName: inout [CChar]) -> Int32 {
+        guard let spare = takeSpare() else {
+            errno = EAGAIN
+            return -1
+        }
+        // In a set-group-ID directory a new file takes the directory's group, as openat would give it.
+        var directoryAttributes = stat()
+        guard fstat(parent, &directoryAttributes) == 0,
+              directoryAttributes.st_mode & S_ISGID == 0 || fchown(spare.descriptor, uid_t.max, directoryAttributes.st_gid) == 0,
+              fchmod(spare.descriptor, mode & 0o7777 & ~creationMask) == 0,
+              linkat(directory, spare.name, parent, name, 0) == 0 else {
+            // Its mode or group may have changed: not a spare any more.
+            let error = errno
             close(spare.descriptor)
             unlinkat(directory, spare.name, 0)
+            errno = error
+            return -1
         }
-        return createShadow()
+        spareName = spare.name
+        return spare.descriptor
+    }
+
+    /// Removes a spare's second link, when `adoptFresh` does not take it.
+    func dropSpareLink(_ spareName: [CChar]) {
+        if !spareName.isEmpty { unlinkat(directory, spareName, 0) }
     }
 
     private func createShadow() -> (descriptor: Int32, name: [CChar])? {
@@ -106,11 +145,14 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// Makes `file`, a file just created empty and opened for reading and writing, the fresh
-    /// shadow of `session`.
-    func adoptFresh(_ session: WriteSession, file: Int32) -> Int32 {
+    /// shadow of `session`. Its mark is a second link in the shadow directory: `spareName` renamed,
+    /// when it was made from a spare, or a new link.
+    func adoptFresh(_ session: WriteSession, file: Int32, spareName: [CChar]) -> Int32 {
         let name = nextName("fresh-")
-        let linked = Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
-        guard linked == 0 else { return errno }
+        let marked = spareName.isEmpty
+            ? Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
+            : renameat(directory, spareName, directory, name)
+        guard marked == 0 else { return errno }
         session.shadow = file
         session.shadowName = name
         session.fresh = true
@@ -209,7 +251,6 @@ final class Shadows: @unchecked Sendable {
             // The file is in place already: without its mark, it is published.
             unlinkat(directory, session.shadowName, 0)
             session.shadowName = []
-            session.unpublished = false
             if durably {
                 _ = fsync(directory)
                 if let (parent, _) = nodes.place(of: node) { _ = fsync(parent.descriptor) }
@@ -224,7 +265,6 @@ final class Shadows: @unchecked Sendable {
             remover.async { [directory] in _ = unlinkat(directory, name, 0) }
         }
         session.shadowName = []
-        session.unpublished = false
         if durably { _ = fsync(parent.descriptor) }
         return 0
     }

@@ -124,6 +124,27 @@ final class AtomicReplaceTests: MountedTestCase {
                        "one directory of shadows: this daemon's")
     }
 
+    func testANewFileMadeFromASpareLooksNewlyMade() {
+        // New files take an inode made ahead (a spare): its mode, group and times are a new file's.
+        syscall("""
+        import time
+        time.sleep(1.5)  # the spares are older than the files made from them now
+        os.umask(0o027)
+        before = time.time()
+        fd = os.open('Documents/spare', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        made = os.fstat(fd)
+        os.close(fd)
+        assert made.st_mode & 0o7777 == 0o640, oct(made.st_mode)
+        assert made.st_mtime >= before - 0.01, (made.st_mtime, before)
+        assert made.st_nlink == 1, made.st_nlink
+        os.mkdir('Documents/group')
+        os.chown('Documents/group', -1, 4321)
+        os.chmod('Documents/group', 0o2775)
+        open('Documents/group/inherits', 'w').close()
+        assert os.stat('Documents/group/inherits').st_gid == 4321, os.stat('Documents/group/inherits').st_gid
+        """, errno: 0)
+    }
+
     func testPreviousVersionsAreRemovedAfterTheirPublish() throws {
         // A publish swaps the shadow in and unlinks the previous version off the request path.
         sh("for n in $(seq 1 40); do head -c 100000 /dev/urandom > Documents/versions; done")
