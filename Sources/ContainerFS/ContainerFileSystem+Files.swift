@@ -325,6 +325,7 @@ extension ContainerFileSystem {
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
             session.access = nil
+            if error == 0 { node.pendingNotices += 1 }
             return (error, error == 0)
         }
     }
@@ -344,11 +345,11 @@ extension ContainerFileSystem {
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil
+            handle.node.pendingNotices += 1
             return (true, wasDirty && error == 0)
         }
         request.replySuccess()
-        // Even after a publish in flush: without this, stress.py's ops 11 and 12 cut cached reads
-        // short (the kernel kept a size from the session for the readers that came next).
+        // Even after a publish in flush: the kernel may hold a size from the session.
         if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }
     }
 

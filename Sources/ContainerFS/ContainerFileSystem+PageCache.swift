@@ -60,11 +60,13 @@ extension ContainerFileSystem {
     func didPublish(_ node: Node) {
         node.withCachedVersion { $0 = nil }
         kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: 0, length: 0)
+        node.noticeSent()
     }
 
     /// A write session ended without publishing: the size the kernel last heard was the shadow's.
     func didDiscard(_ node: Node) {
         kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
+        node.noticeSent()
     }
 
     /// The attributes seen through an open handle: a reader's are those of the version it reads,

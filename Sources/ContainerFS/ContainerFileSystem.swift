@@ -204,6 +204,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             session.dirty = true
             guard current == nil else { return 0 }
             published = true
+            node.pendingNotices += 1
             return shadows.publish(session, of: node, in: nodes, durably: false)
         }
     }

@@ -63,6 +63,11 @@ final class Node {
     /// the writer comes, or this uptime in nanoseconds, readers bypass the cache, so that the writer's
     /// retried open finds none. 0 when not awaiting. Guarded with the session.
     var awaitsWriterUntil: UInt64 = 0
+    /// Notices to the kernel (`didPublish`, `didDiscard`) decided but not yet sent; guarded with the
+    /// session. No cached reader is admitted meanwhile: a notice bumps the kernel's attribute
+    /// version, which makes it drop the size a reader's first read asked for and keep one from the
+    /// session (stress.py's ops 11 and 12 saw reads cut short, and read past their version's end).
+    var pendingNotices: Int32 = 0
     /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
@@ -104,7 +109,7 @@ final class Node {
     /// reader then bypasses the cache).
     func admitCachedReader() -> Bool {
         Node.sessionLocks[stripe].withLock {
-            guard writeSession == nil else { return false }
+            guard writeSession == nil, pendingNotices == 0 else { return false }
             if awaitsWriterUntil != 0 {
                 guard DispatchTime.now().uptimeNanoseconds >= awaitsWriterUntil else { return false }
                 awaitsWriterUntil = 0
@@ -116,6 +121,10 @@ final class Node {
 
     func dismissCachedReader() {
         Node.sessionLocks[stripe].withLock { cachedReaders -= 1 }
+    }
+
+    func noticeSent() {
+        Node.sessionLocks[stripe].withLock { pendingNotices -= 1 }
     }
 
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
