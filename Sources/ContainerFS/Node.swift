@@ -105,8 +105,8 @@ final class Node {
         Node.sessionLocks[stripe].withLock { body(&writeSession) }
     }
 
-    /// Counts a reader through the page cache, unless a write session runs or is expected (the
-    /// reader then bypasses the cache).
+    /// Counts a reader through the page cache, unless a write session runs or is expected, or a
+    /// notice to the kernel is pending (the reader then bypasses the cache).
     func admitCachedReader() -> Bool {
         Node.sessionLocks[stripe].withLock {
             guard writeSession == nil, pendingNotices == 0 else { return false }
