@@ -103,8 +103,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         }
         let zone = parent.zone.child(named: name.bytes)
         let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent, name: name)
-        // A fresh file's second link is its mark in the shadow directory (see currentAttributes).
-        if attributes.st_nlink > 1, node.isRegularFile, node.withSession({ $0?.fresh == true }) { attributes.st_nlink -= 1 }
+        if attributes.st_nlink > 1, node.isRegularFile, node.isWrittenFresh { attributes.st_nlink -= 1 }
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes
@@ -259,7 +258,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return true }
         let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
-        if error == 0, attributes.st_nlink > 1, !node.withSession({ $0?.fresh == true }) { return true }
+        if error == 0, attributes.st_nlink > 1, !node.isWrittenFresh { return true }
         return optsIntoInPlace(node, generation: inPlaceGeneration.load(ordering: .acquiring))
     }
 

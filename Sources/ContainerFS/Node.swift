@@ -127,6 +127,10 @@ final class Node {
         Node.sessionLocks[stripe].withLock { pendingNotices -= 1 }
     }
 
+    /// Whether a file `create` made is being written in place (`WriteSession.fresh`): its mark in
+    /// the shadow directory is a second link that no one made through the mount.
+    var isWrittenFresh: Bool { withSession { $0?.fresh == true } }
+
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
     func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
         Node.sessionLocks[stripe].withLock { body(&cachedVersion) }

@@ -258,7 +258,7 @@ final class Shadows: @unchecked Sendable {
             return 0
         }
         guard let (parent, exchanged) = moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes,
-                                                      exchanging: false) else { return 0 }
+                                                      mustExchange: false) else { return 0 }
         if exchanged {
             // The shadow's name now leads to the previous version.
             let name = session.shadowName
@@ -271,10 +271,10 @@ final class Shadows: @unchecked Sendable {
 
     /// Puts the session's shadow in place of the file `node` shows, and points the node at it. The
     /// two swap places (the previous version then has the shadow's name) unless the filesystem
-    /// cannot swap and `exchanging` is false: then the shadow is renamed over the file. Returns the
+    /// cannot swap and `mustExchange` is false: then the shadow is renamed over the file. Returns the
     /// directory and whether they swapped, or nil when the name no longer leads to the node's file.
     private func moveIntoPlace(_ shadow: Int32, named shadowName: [CChar], of node: Node, in nodes: NodeTable,
-                               exchanging: Bool) -> (Node, exchanged: Bool)? {
+                               mustExchange: Bool) -> (Node, exchanged: Bool)? {
         guard let (parent, name) = nodes.place(of: node) else { return nil }
         var attributes = stat()
         guard fstat(shadow, &attributes) == 0 else { return nil }
@@ -283,7 +283,7 @@ final class Shadows: @unchecked Sendable {
             let previous = nodes.republish(node, as: attributes)
             var result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, UInt32(RENAME_EXCHANGE))
             var exchanged = true
-            if result != 0, errno == EINVAL, !exchanging {
+            if result != 0, errno == EINVAL, !mustExchange {
                 result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, 0)
                 exchanged = false
             }
@@ -307,7 +307,7 @@ final class Shadows: @unchecked Sendable {
         // An empty copy of the file (mode, owner, attributes) swaps places with it.
         let empty = WriteSession()
         guard prepare(empty, of: node, truncated: true) == 0 else { return }
-        guard moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, exchanging: true) != nil else {
+        guard moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, mustExchange: true) != nil else {
             return discard(empty)
         }
         // The copy's former name leads to what was written; the mark is a link too many.

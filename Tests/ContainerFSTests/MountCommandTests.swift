@@ -70,6 +70,19 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { MountRegistry.active(in: store).isEmpty }, "the daemon kept running after unmount")
     }
 
+    func testAnUnmountLeavesNoSpareOrPreviousVersionBehind() throws {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        XCTAssertEqual(Shell.run("for n in 1 2 3 4 5 6; do echo $n > saved; done", in: documents).status, 0)
+        let store = try Store.open(storePath)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertTrue(waitUntil { MountRegistry.active(in: store).isEmpty }, "the daemon kept running after unmount")
+        let shadows = store.workPath + "/shadows"
+        let left = try FileManager.default.contentsOfDirectory(atPath: shadows)
+            .flatMap { try FileManager.default.contentsOfDirectory(atPath: shadows + "/" + $0) }
+        XCTAssertEqual(left, [], "spares and previous versions are removed at unmount")
+    }
+
     func testSignalsStopTheDaemonCleanly() throws {
         try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
                       "after a signal, libfuse cancels its worker threads inside read(), which ThreadSanitizer reports as a thread ending inside an interceptor")
