@@ -41,4 +41,90 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in_buf, int fd, 
     return fuse_buf_copy(&out_buf, in_buf, 0);
 }
 
+// MARK: Passthrough (Linux 6.9 and later)
+// libfuse 3.14 predates FUSE passthrough, in which the kernel reads and writes a file registered by
+// the daemon without sending it requests. These few pieces of the kernel's protocol (7.40) are the
+// ones it needs; libfuse's own headers do not carry them.
+
+#include <linux/ioctl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct cfuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
+#define CFUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfuse_backing_map)
+#define CFUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+#define CFUSE_INIT_EXT (1u << 30)
+#define CFUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
+#define CFUSE_FOPEN_NOFLUSH (1u << 5)
+#define CFUSE_FOPEN_PASSTHROUGH (1u << 7)
+
+/// Registers `fd`'s file with the connection of `device` (the session's /dev/fuse descriptor).
+/// Returns the backing id (above 0), or -errno.
+static inline int cfuse_backing_open(int device, int fd) {
+    struct cfuse_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
+    int id = ioctl(device, CFUSE_DEV_IOC_BACKING_OPEN, &map);
+    return id < 0 ? -errno : id;
+}
+
+static inline int cfuse_backing_close(int device, int id) {
+    uint32_t backing = (uint32_t)id;
+    return ioctl(device, CFUSE_DEV_IOC_BACKING_CLOSE, &backing) < 0 ? -errno : 0;
+}
+
+/// Answers an open: the kernel reads and writes the file registered as `backing_id` itself, and
+/// with `noflush`, closes it without a FLUSH request.
+static inline int cfuse_reply_open_passthrough(fuse_req_t req, uint64_t fh, int32_t backing_id, int noflush) {
+    uint32_t flags = CFUSE_FOPEN_PASSTHROUGH | (noflush ? CFUSE_FOPEN_NOFLUSH : 0);
+    struct { uint64_t fh; uint32_t open_flags; int32_t backing_id; } out = { fh, flags, backing_id };
+    struct iovec iov = { &out, sizeof out };
+    return fuse_reply_iov(req, &iov, 1);
+}
+
+/// Adds passthrough to libfuse's answer to the kernel's INIT (header and `fuse_init_out`), with a
+/// stack depth of 1: backing files on a disk filesystem, not on another stacked one. Returns whether
+/// it could; an answer that is an error, or from a kernel without extended flags, stays as it was.
+static inline int cfuse_offer_passthrough(struct iovec *iov, int count) {
+    if (count != 2 || iov[0].iov_len < 16 || iov[1].iov_len != 64) return 0;
+    int32_t error;
+    memcpy(&error, (char *)iov[0].iov_base + 4, sizeof error);
+    uint32_t flags;
+    memcpy(&flags, (char *)iov[1].iov_base + 12, sizeof flags);
+    if (error != 0 || !(flags & CFUSE_INIT_EXT)) return 0;
+    char *out = iov[1].iov_base;
+    uint32_t flags2, depth = 1;
+    memcpy(&flags2, out + 32, sizeof flags2);
+    flags2 |= CFUSE_PASSTHROUGH_FLAGS2;
+    memcpy(out + 32, &flags2, sizeof flags2);
+    memcpy(out + 36, &depth, sizeof depth);
+    return 1;
+}
+
+static inline ssize_t cfuse_io_read(int fd, void *buf, size_t buf_len, void *userdata) {
+    (void)userdata;
+    return read(fd, buf, buf_len);
+}
+
+static inline ssize_t cfuse_io_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                      unsigned int flags, void *userdata) {
+    (void)userdata;
+    // splice(2) is declared only with _GNU_SOURCE, which would change how Swift sees libc here.
+    return syscall(SYS_splice, fdin, offin, fdout, offout, len, flags);
+}
+
+/// Sends the session's replies through `writev_reply` (libfuse's custom I/O), reading and splicing
+/// as libfuse would itself. Call after mounting, before the loop.
+static inline int cfuse_session_route_replies(struct fuse_session *se,
+                                              ssize_t (*writev_reply)(int, struct iovec *, int, void *)) {
+    struct fuse_custom_io io = {
+        .writev = writev_reply, .read = cfuse_io_read,
+        .splice_receive = cfuse_io_splice, .splice_send = cfuse_io_splice,
+    };
+    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
 #endif

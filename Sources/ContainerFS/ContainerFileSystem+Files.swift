@@ -28,10 +28,14 @@ extension ContainerFileSystem {
         guard !isStale(node) else { return request.reply(error: ESTALE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
-        if writing && !writesInPlace(node) {
-            // A node left to cached readers, or that has some: the same, for a node of the writer's
-            // own, before presenters are asked to make way (joinSession checks again).
-            if node.withSession({ yieldsToCachedReaders(node, session: $0) }) { return request.reply(error: ESTALE) }
+        let inPlace = writesInPlace(node)
+        // A node left to cached readers, or that has some: the same, for a node of the writer's own,
+        // before presenters are asked to make way (joinSession checks again). One written in place
+        // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
+        if writing, node.withSession({ yieldsToCachedReaders(node, session: $0, writingInPlace: inPlace) }) {
+            return request.reply(error: ESTALE)
+        }
+        if writing && !inPlace {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
                 let error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access)
                 guard error == 0 else {
@@ -43,26 +47,37 @@ extension ContainerFileSystem {
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
                              isDirectory: node.isDirectory, caller: request.caller) { access in
-            // Each reader of an atomically replaced file keeps the version it opened: through the
-            // page cache while no writer is there, admitted first so that none starts until it opens.
-            let versioned = !writing && node.isRegularFile && !node.zone.writesInPlaceByDefault
-            let cachedReader = versioned && node.admitCachedReader()
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
-            let descriptor = node.withProcPath { Glibc.open($0, openFlags) }
-            guard descriptor >= 0 else {
-                let error = errno
-                if cachedReader { node.dismissCachedReader() }
-                access.end(tookEffect: false)
-                return request.reply(error: error)
-            }
+            let openFile = { node.withProcPath { Glibc.open($0, openFlags) } }
             guard node.isRegularFile else {
+                let descriptor = openFile()
+                guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
             }
-            let cache = versioned && !cachedReader ? .bypass : self.cacheUse(of: node, descriptor: descriptor)
-            info.reply(request, with: OpenFile(descriptor: descriptor, node: node, isCachedReader: cachedReader,
-                                               access: access), cache: cache)
+            // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
+            let opening: Node.Opening = writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
+            guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough, leave: { self.nodes.detach(node) },
+                                                           openFile) else { return self.fail(request, ESTALE, access: access) }
+            guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
+            if writing, node.writerCame() { self.nodes.writerArrived(at: node.key) }
+            self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access))
         }
+    }
+
+    /// Answers an open with the handle of a regular file that `Node.openHandle` opened.
+    private func reply(_ request: FuseRequest, info: FileInfoCopy, with handle: OpenFile) {
+        switch handle.path {
+        case .pageCache?, .shared?, nil: info.reply(request, with: handle, cache: cacheUse(of: handle.node, descriptor: handle.descriptor))
+        case .direct?: info.reply(request, with: handle, cache: .bypass)
+        case .passthrough(let backingID)?: info.reply(request, with: handle, passthrough: backingID)
+        }
+    }
+
+    /// Answers an open that failed with `error`, ending its coordinated access.
+    private func fail(_ request: FuseRequest, _ error: Int32, access: CoordinatedAccess) {
+        access.end(tookEffect: false)
+        request.reply(error: error)
     }
 
     /// Whether the node lost its file behind the daemon's back: the name it was last seen under
@@ -76,9 +91,9 @@ extension ContainerFileSystem {
     /// Whether a writer (a session starting on `node`, none running) must leave the node to the
     /// readers holding its pages: it then detaches the node, and the writer's ESTALE makes the
     /// kernel look the name up again, for a node of the writer's own.
-    func yieldsToCachedReaders(_ node: Node, session: WriteSession?) -> Bool {
+    func yieldsToCachedReaders(_ node: Node, session: WriteSession?, writingInPlace: Bool = false) -> Bool {
         if node.isDetached { return true }
-        guard session == nil, node.cachedReaders > 0 else { return false }
+        guard session == nil, (writingInPlace ? node.passthroughReaders : node.cachedReaders) > 0 else { return false }
         nodes.detach(node)
         return true
     }
@@ -166,15 +181,20 @@ extension ContainerFileSystem {
                 let truncating = !made && flags & O_TRUNC != 0
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
                 if spareName.isEmpty, self.writesInPlace(node) {
+                    guard let writtenNode = self.countWriterInPlace(descriptor, on: node, entry: &entry, in: parentNode, name: name) else {
+                        close(descriptor)
+                        access.end(tookEffect: false)
+                        return request.reply(error: ESTALE)
+                    }
+                    let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: .shared, access: access)
                     if truncating, ftruncate(descriptor, 0) != 0 {
                         let error = errno
-                        close(descriptor)
+                        writtenNode.closeHandle(.shared, passthrough: nil)
                         access.end(tookEffect: false)
                         self.forget(entry.ino, count: 1)
                         return request.reply(error: error)
                     }
-                    return info.replyCreated(request, entry: &entry,
-                                             with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
+                    return info.replyCreated(request, entry: &entry, with: handle, cache: .refill)
                 }
                 // The new, empty file is a complete first version; what is written next is published at
                 // close, and only then do presenters hear that the file appeared.
@@ -202,6 +222,25 @@ extension ContainerFileSystem {
                                   cache: .bypass)
             }
         }
+    }
+
+    /// Counts `descriptor`, open on the file `entry` names, as a writer in place of its node. A
+    /// node that passthrough readers hold is left to them, and `entry` then names a node of the
+    /// writer's own, as an open's ESTALE would make the kernel find. Nil if none could be had (the
+    /// kernel's reference `entry` counted is forgotten then).
+    private func countWriterInPlace(_ descriptor: Int32, on node: Node, entry: inout fuse_entry_param,
+                                    in parent: Node, name: FileName) -> Node? {
+        var node = node
+        for attempt in 0..<2 {
+            if node.openHandle(.inPlaceWriter, passthrough: nil, leave: { self.nodes.detach(node) }, { descriptor }) != nil {
+                if node.writerCame() { nodes.writerArrived(at: node.key) }
+                return node
+            }
+            forget(entry.ino, count: 1)
+            guard attempt == 0, lookupEntry(parent: parent, name: name, entry: &entry) == 0 else { break }
+            node = nodes.node(entry.ino)
+        }
+        return nil
     }
 
     /// Whether a file made as `name` in `parent` is written through atomic replace, as a new file
@@ -333,7 +372,7 @@ extension ContainerFileSystem {
     public func release(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
         let handle = Handle.take(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
-            if handle.isCachedReader { handle.node.dismissCachedReader() }
+            if let path = handle.path { handle.node.closeHandle(path, passthrough: passthrough) }
             handle.access?.end(tookEffect: handle.wrote)
             return request.replySuccess()
         }
@@ -388,6 +427,17 @@ struct FileInfoCopy: @unchecked Sendable {
     func reply(_ request: FuseRequest, with handle: OpenFile, cache: CacheUse) {
         var info = prepared(handle, cache: cache)
         withUnsafeMutablePointer(to: &info) { request.reply(opened: FileInfo($0)) }
+    }
+
+    func reply(_ request: FuseRequest, with handle: OpenFile, passthrough backingID: Int32) {
+        var info = self.info
+        withUnsafeMutablePointer(to: &info) { pointer in
+            let file = FileInfo(pointer)
+            Handle.store(handle, in: file)
+            // A reader's flush does nothing (see flush).
+            file.noFlush = true
+            request.reply(opened: file, passthrough: backingID)
+        }
     }
 
     func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, cache: CacheUse) {

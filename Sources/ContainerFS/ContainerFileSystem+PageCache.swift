@@ -1,5 +1,6 @@
 import FUSELowLevel
 import Glibc
+import Synchronization
 
 /// One version of a backing file, as far as the kernel's page cache needs to tell versions apart.
 /// A class, so that a node that never needs one pays a pointer for it, not 64 bytes.
@@ -34,6 +35,47 @@ enum CacheUse {
     case refill
     /// Through the cache, whose pages still match the file (`keep_cache`).
     case keep
+}
+
+/// How the kernel reaches the file of a handle that is not a write session's (`Node.openHandle`).
+enum OpenPath: Equatable {
+    /// Direct I/O: a reader of an atomically replaced file, while a writer is around, reads its
+    /// own descriptor through the daemon.
+    case direct
+    /// Through the page cache, for a reader of an atomically replaced file (a cached reader).
+    case pageCache
+    /// Through the page cache, for a file written in place: shared as on a disk.
+    case shared
+    /// The kernel reads the version registered as `backingID` itself (FUSE passthrough).
+    case passthrough(backingID: Int32)
+}
+
+/// Versions the kernel reads itself, without requests (FUSE passthrough, Linux 6.9 and later),
+/// registered while readers have them open. Registering needs a kernel that agreed to passthrough
+/// at INIT and CAP_SYS_ADMIN; the first refusal turns it off for the mount, and readers then use
+/// the page cache.
+final class PassthroughFiles {
+    private weak var registry: BackingFileRegistry?
+    private let enabled = Atomic<Bool>(true)
+    private let refused: (Int32) -> Void
+
+    /// `refused` hears the errno of the refusal that turned passthrough off.
+    init(registry: BackingFileRegistry, refused: @escaping (Int32) -> Void) {
+        self.registry = registry
+        self.refused = refused
+    }
+
+    /// The backing id of the file open on `descriptor`, or nil if the kernel will not read it itself.
+    func register(_ descriptor: Int32) -> Int32? {
+        guard enabled.load(ordering: .relaxed), let registry else { return nil }
+        let id = registry.openBacking(descriptor)
+        if id > 0 { return id }
+        // Short of descriptors or memory: this reader only. Other refusals do not pass.
+        if ![EMFILE, ENFILE, ENOMEM].contains(-id), enabled.exchange(false, ordering: .relaxed) { refused(-id) }
+        return nil
+    }
+
+    func unregister(_ id: Int32) { registry?.closeBacking(id) }
 }
 
 // The kernel keeps one page cache and one size per inode, which a writer's O_TRUNC, writes and

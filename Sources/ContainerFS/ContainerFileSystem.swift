@@ -21,6 +21,9 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     let daemonIsRoot = geteuid() == 0
     /// Where to tell the kernel about changes it did not make itself; set once the session exists.
     public weak var kernel: KernelCacheNotifier?
+    /// Versions the kernel reads itself; nil when the mount did not offer passthrough. Set before
+    /// the session runs.
+    var passthrough: PassthroughFiles?
     /// Bundles that failed their seal at mount, by app ID: their changed files answer EIO.
     let brokenSeals: [String: SealReport]
     /// The app ID of the root, when one app is mounted alone.

@@ -23,6 +23,9 @@ public struct MountConfiguration {
     public var purgeInterval: Double = 5
     /// How long a presenter has to answer each message before it is marked unresponsive.
     public var presenterTimeout: Duration = .seconds(2)
+    /// Let the kernel read unchanging files itself (FUSE passthrough), where it and the daemon's
+    /// privileges allow.
+    public var passthrough = true
 
     public init(store: Store, app: AppID?, mountPoint: String) {
         self.store = store
@@ -89,6 +92,7 @@ public enum Daemon {
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
+        if configuration.passthrough { offerPassthrough(session, to: fileSystem, logger: logger) }
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
         }
@@ -176,6 +180,22 @@ public enum Daemon {
         var arguments = ["-o", options.joined(separator: ",")]
         if configuration.debug { arguments.append("-d") }
         return arguments
+    }
+
+    /// Readers of atomically replaced files then read their version at the speed of the disk.
+    private static func offerPassthrough(_ session: FuseSession, to fileSystem: ContainerFileSystem, logger: Logger) {
+        do {
+            try session.offerPassthrough()
+        } catch {
+            return logger.warning("passthrough not offered; reads go through the daemon", metadata: ["error": "\(error)"])
+        }
+        fileSystem.passthrough = PassthroughFiles(registry: session) { error in
+            // EPERM: registering files needs CAP_SYS_ADMIN. EOPNOTSUPP, ENOTTY: the kernel has no passthrough.
+            logger.notice("passthrough refused; reads go through the daemon", metadata: [
+                "error": "\(String(cString: strerror(error)))",
+                "hint": "\(error == EPERM ? "run the daemon as root for passthrough" : "passthrough needs Linux 6.9 or later")",
+            ])
+        }
     }
 
     /// libfuse splits options on commas; a backslash keeps one in a value.

@@ -12,18 +12,19 @@ final class OpenFile {
     let appends: Bool
     /// The coordinated read, or in-place write, held while the file is open.
     let access: CoordinatedAccess?
-    /// Whether the handle is one of its node's cached readers (`Node.admitCachedReader`).
-    let isCachedReader: Bool
+    /// How the kernel reaches the file (`Node.openHandle`); nil for a write session's handles and other
+    /// than regular files.
+    let path: OpenPath?
     /// Whether an in-place handle wrote anything (presenters then hear "did change").
     var wrote = false
 
     init(descriptor: Int32, node: Node, writesThroughSession: Bool = false, appends: Bool = false,
-         isCachedReader: Bool = false, access: CoordinatedAccess?) {
+         path: OpenPath? = nil, access: CoordinatedAccess?) {
         self.descriptor = descriptor
         self.node = node
         self.writesThroughSession = writesThroughSession
         self.appends = appends
-        self.isCachedReader = isCachedReader
+        self.path = path
         self.access = access
         node.openHandles.add(1, ordering: .relaxed)
     }

@@ -55,10 +55,21 @@ final class Node {
     private var writeSession: WriteSession?
     /// The version whose pages the kernel may hold; guarded with the session.
     private var cachedVersion: FileVersion?
-    /// Handles reading an atomically replaced file through the page cache; guarded with the session.
-    /// No write session runs on the node meanwhile: the kernel's one size and cache per inode stay
-    /// the readers' (see `ContainerFileSystem.cacheUse`).
+    /// Handles reading an atomically replaced file through the kernel (its page cache, or
+    /// passthrough); guarded with the session. No write session runs on the node meanwhile: the
+    /// kernel's one size, cache and backing file per inode stay the readers' (see `cacheUse`).
     private(set) var cachedReaders: Int32 = 0
+    /// Of the handles open on the file, those the kernel reads through passthrough, from the file
+    /// registered as `backingID`; guarded with the session.
+    private(set) var passthroughReaders: Int32 = 0
+    private var backingID: Int32 = 0
+    /// The other handles open on the file but a write session's (see `openHandle`);
+    /// guarded with the session.
+    private var otherOpens: Int32 = 0
+    /// Of those, readers of an atomically replaced file through the daemon (`OpenPath.direct`).
+    /// Later readers read so too while one is open: its private mappings fill the page cache with
+    /// its version.
+    private var directReaders: Int32 = 0
     /// Set on a node made for a file whose previous node a writer left to its cached readers: until
     /// the writer comes, or this uptime in nanoseconds, readers bypass the cache, so that the writer's
     /// retried open finds none. 0 when not awaiting. Guarded with the session.
@@ -105,22 +116,92 @@ final class Node {
         Node.sessionLocks[stripe].withLock { body(&writeSession) }
     }
 
-    /// Counts a reader through the page cache, unless a write session runs or is expected, or a
-    /// notice to the kernel is pending (the reader then bypasses the cache).
-    func admitCachedReader() -> Bool {
+    /// Opens the file for a handle that is not a write session's (`open` returns its descriptor, or
+    /// -1 with errno set) and decides how the kernel reaches it, under the session lock, so that no
+    /// write session starts or publishes between the two. The kernel fails an open of an inode it
+    /// reads through passthrough that is not one too, and refuses passthrough while another open
+    /// may cache. So readers read through passthrough when every other handle does (`passthrough`
+    /// registers the version) and no writer is around; an atomically replaced file's readers read
+    /// through the page cache while no writer is around, through the daemon otherwise. Nil when a
+    /// writer in place must leave the node to passthrough readers: `leave` ran, under the lock.
+    func openHandle(_ opening: Opening, passthrough: PassthroughFiles?, leave: () -> Void,
+                    _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
         Node.sessionLocks[stripe].withLock {
-            guard writeSession == nil, pendingNotices == 0 else { return false }
-            if awaitsWriterUntil != 0 {
-                guard DispatchTime.now().uptimeNanoseconds >= awaitsWriterUntil else { return false }
-                awaitsWriterUntil = 0
+            if opening == .inPlaceWriter, passthroughReaders > 0 {
+                leave()
+                return nil
+            }
+            let descriptor = open()
+            guard descriptor >= 0 else { return (descriptor, .shared) }
+            if passthroughReaders > 0 {
+                passthroughReaders += 1
+                cachedReaders += 1
+                return (descriptor, .passthrough(backingID: backingID))
+            }
+            let writerAround = writeSession != nil || pendingNotices > 0 || awaitsWriter()
+            if opening != .inPlaceWriter, !writerAround, otherOpens == 0, let id = passthrough?.register(descriptor) {
+                backingID = id
+                passthroughReaders = 1
+                cachedReaders += 1
+                return (descriptor, .passthrough(backingID: id))
+            }
+            otherOpens += 1
+            guard opening == .versionedReader else { return (descriptor, .shared) }
+            if writerAround || directReaders > 0 {
+                directReaders += 1
+                return (descriptor, .direct)
             }
             cachedReaders += 1
-            return true
+            return (descriptor, .pageCache)
         }
     }
 
-    func dismissCachedReader() {
-        Node.sessionLocks[stripe].withLock { cachedReaders -= 1 }
+    /// What a handle that `openHandle` opens does with the file.
+    enum Opening {
+        /// Reads an atomically replaced file, keeping the version it opened.
+        case versionedReader
+        case inPlaceReader
+        case inPlaceWriter
+    }
+
+    /// A handle `openHandle` counted has closed; the last through passthrough
+    /// unregisters the version.
+    func closeHandle(_ path: OpenPath, passthrough: PassthroughFiles?) {
+        Node.sessionLocks[stripe].withLock {
+            switch path {
+            case .direct:
+                otherOpens -= 1
+                directReaders -= 1
+            case .shared:
+                otherOpens -= 1
+            case .pageCache:
+                otherOpens -= 1
+                cachedReaders -= 1
+            case .passthrough:
+                cachedReaders -= 1
+                passthroughReaders -= 1
+                if passthroughReaders == 0 {
+                    passthrough?.unregister(backingID)
+                    backingID = 0
+                }
+            }
+        }
+    }
+
+    /// The writer a detach made way for has come (`awaitsWriterUntil`): true if it was expected.
+    func writerCame() -> Bool {
+        Node.sessionLocks[stripe].withLock {
+            defer { awaitsWriterUntil = 0 }
+            return awaitsWriterUntil != 0
+        }
+    }
+
+    /// Whether a writer is expected (`awaitsWriterUntil`); forgets an expectation that has expired.
+    private func awaitsWriter() -> Bool {
+        guard awaitsWriterUntil != 0 else { return false }
+        guard DispatchTime.now().uptimeNanoseconds >= awaitsWriterUntil else { return true }
+        awaitsWriterUntil = 0
+        return false
     }
 
     func noticeSent() {

@@ -1,4 +1,6 @@
 import CFuse
+import Glibc
+import Synchronization
 
 public struct FuseError: Error, CustomStringConvertible {
     public let description: String
@@ -47,6 +49,19 @@ public final class FuseSession {
         mounted = true
     }
 
+    /// Offers the kernel FUSE passthrough (Linux 6.9 and later): it may then read files the daemon
+    /// registers (`openBacking`) without sending it requests. libfuse 3.14 predates passthrough, so
+    /// its replies go through a hook that adds the flag to its answer to the kernel's INIT. Call
+    /// after `mount`, before `run`. Whether the kernel agreed shows at the first `openBacking`.
+    public func offerPassthrough() throws {
+        let box = box.takeUnretainedValue()
+        box.amendsInitReply.store(true, ordering: .releasing)
+        guard cfuse_session_route_replies(session, sendReply) == 0 else {
+            box.amendsInitReply.store(false, ordering: .releasing)
+            throw FuseError("libfuse refused custom I/O for passthrough")
+        }
+    }
+
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
     public func installSignalHandlers() throws {
         guard fuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
@@ -80,6 +95,32 @@ public final class FuseSession {
     public func invalidateInode(_ inode: InodeNumber, offset: off_t = 0, length: off_t = 0) -> Int32 {
         fuse_lowlevel_notify_inval_inode(session, inode, offset, length)
     }
+}
+
+/// libfuse's custom I/O `writev`: every reply, the first of which answers the kernel's INIT.
+private func sendReply(_ device: Int32, _ vectors: UnsafeMutablePointer<iovec>?, _ count: Int32,
+                       _ userdata: UnsafeMutableRawPointer?) -> Int {
+    if let userdata, let vectors {
+        let box = Unmanaged<FileSystemBox>.fromOpaque(userdata).takeUnretainedValue()
+        if box.amendsInitReply.load(ordering: .relaxed), box.amendsInitReply.exchange(false, ordering: .acquiringAndReleasing) {
+            _ = cfuse_offer_passthrough(vectors, count)
+        }
+    }
+    return writev(device, vectors, count)
+}
+
+/// Files the kernel reads and writes itself, without requests (FUSE passthrough).
+public protocol BackingFileRegistry: AnyObject {
+    /// Registers the file open on `descriptor`. Returns its backing id (above 0) for
+    /// `FuseRequest.reply(opened:passthrough:)`, or a negative errno.
+    func openBacking(_ descriptor: Int32) -> Int32
+    /// Forgets a backing id; files the kernel opened with it keep their file.
+    func closeBacking(_ id: Int32)
+}
+
+extension FuseSession: BackingFileRegistry {
+    public func openBacking(_ descriptor: Int32) -> Int32 { cfuse_backing_open(fuse_session_fd(session), descriptor) }
+    public func closeBacking(_ id: Int32) { _ = cfuse_backing_close(fuse_session_fd(session), id) }
 }
 
 /// Tells the kernel that cached entries or attributes are no longer true.

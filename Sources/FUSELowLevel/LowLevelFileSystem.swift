@@ -1,4 +1,5 @@
 import CFuse
+import Synchronization
 
 /// A filesystem served through libfuse's low-level API: one method per operation, as in
 /// libfuse's `fuse_lowlevel_ops`. Each method must answer its request exactly once, now or later
@@ -54,6 +55,9 @@ public protocol LowLevelFileSystem: AnyObject {
 /// Holds the filesystem for the C trampolines, which find it through the session's user data.
 final class FileSystemBox {
     let fileSystem: any LowLevelFileSystem
+    /// Set while the session's next reply is the one to the kernel's INIT, to be amended (see
+    /// `FuseSession.offerPassthrough`).
+    let amendsInitReply = Atomic<Bool>(false)
     init(_ fileSystem: any LowLevelFileSystem) { self.fileSystem = fileSystem }
 }
 

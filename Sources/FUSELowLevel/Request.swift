@@ -46,6 +46,12 @@ public struct FuseRequest: @unchecked Sendable {
 
     @inlinable public func reply(opened file: FileInfo) { fuse_reply_open(raw, file.raw) }
 
+    /// Answers an open with a file the kernel reads and writes itself (see `BackingFileRegistry`);
+    /// of `file`, only its handle and `noFlush` count.
+    @inlinable public func reply(opened file: FileInfo, passthrough backingID: Int32) {
+        cfuse_reply_open_passthrough(raw, file.raw.pointee.fh, backingID, file.noFlush ? 1 : 0)
+    }
+
     @inlinable public func reply(written count: Int) { fuse_reply_write(raw, count) }
 
     @inlinable public func reply(buffer: UnsafeRawBufferPointer) {
@@ -83,6 +89,12 @@ public struct FileInfo: @unchecked Sendable {
     @inlinable public var directIO: Bool {
         get { raw.pointee.direct_io != 0 }
         nonmutating set { raw.pointee.direct_io = newValue ? 1 : 0 }
+    }
+
+    /// Closes without a FLUSH request: for handles whose flush would do nothing.
+    @inlinable public var noFlush: Bool {
+        get { raw.pointee.noflush != 0 }
+        nonmutating set { raw.pointee.noflush = newValue ? 1 : 0 }
     }
 
     /// Keeps the kernel's cached pages of the file at open (they still match it).

@@ -203,6 +203,20 @@ class MountedTestCase: XCTestCase {
         mounted = nil
     }
 
+    /// Runs `check` on this test's mount, whose readers of Documents read through passthrough
+    /// where the kernel and the daemon's privileges allow, then on one whose readers read through
+    /// the page cache.
+    func onBothReadPaths(_ check: () -> Void) throws {
+        check()
+        try remountWithoutPassthrough()
+        check()
+    }
+
+    func remountWithoutPassthrough() throws {
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "no_passthrough"])
+    }
+
     /// The container root the commands run in.
     var home: String { mountedApp == nil ? mounted.container() : mounted.mountPoint }
 

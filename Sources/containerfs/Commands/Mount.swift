@@ -62,6 +62,7 @@ struct Mount: ParsableCommand {
         configuration.singleThreaded = singleThreaded
         configuration.fuseOptions = parsed.fuseOptions
         configuration.readinessDescriptor = readyFD
+        configuration.passthrough = parsed.passthrough
         configuration.purgeThreshold = parsed.purgeBelow
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
@@ -75,6 +76,7 @@ struct MountOptions {
     var purgeBelow: UInt64?
     var purgeInterval: Double?
     var presenterTimeout: Double?
+    var passthrough = true
     var fuseOptions: [String] = []
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE daemon.
@@ -100,6 +102,8 @@ struct MountOptions {
                     throw ValidationError("purge_interval takes a number of seconds, such as 5.")
                 }
                 purgeInterval = seconds
+            } else if option == "no_passthrough" {
+                passthrough = false
             } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {
                 continue
             } else {
