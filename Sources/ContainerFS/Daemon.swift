@@ -108,6 +108,9 @@ public enum Daemon {
 
         let status = session.run(multithreaded: !configuration.singleThreaded)
         session.unmount()
+        // Now, not when libfuse destroys the session, which may be after the deferred closes of the
+        // shadow directory and the mount's lease.
+        fileSystem.destroy()
         try? prepareContainers(apps, of: store, repairing: false)
         logger.info("unmounted", metadata: ["mountpoint": "\(mountPoint)", "status": "\(status)"])
         // libfuse reports the signal that stopped it; that is a clean stop.
@@ -190,11 +193,17 @@ public enum Daemon {
             return logger.warning("passthrough not offered; reads go through the daemon", metadata: ["error": "\(error)"])
         }
         fileSystem.passthrough = PassthroughFiles(registry: session) { error in
-            // EPERM: registering files needs CAP_SYS_ADMIN. EOPNOTSUPP, ENOTTY: the kernel has no passthrough.
             logger.notice("passthrough refused; reads go through the daemon", metadata: [
-                "error": "\(String(cString: strerror(error)))",
-                "hint": "\(error == EPERM ? "run the daemon as root for passthrough" : "passthrough needs Linux 6.9 or later")",
+                "error": "\(String(cString: strerror(error)))", "why": "\(passthroughRefusal(error))",
             ])
+        }
+    }
+
+    private static func passthroughRefusal(_ error: Int32) -> String {
+        switch error {
+        case EPERM: return "registering a file for passthrough needs CAP_SYS_ADMIN: run the daemon as root"
+        case ELOOP: return "the store is on a stacked filesystem (overlayfs or another FUSE mount)"
+        default: return "this kernel has no FUSE passthrough (it needs Linux 6.9 or later, with CONFIG_FUSE_PASSTHROUGH)"
         }
     }
 

@@ -71,6 +71,8 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testAnUnmountLeavesNoSpareOrPreviousVersionBehind() throws {
+        try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
+                      "at unmount libfuse cancels its worker threads inside read(), which ThreadSanitizer reports and halts on before the daemon cleans up")
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
         let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
         XCTAssertEqual(Shell.run("for n in 1 2 3 4 5 6; do echo $n > saved; done", in: documents).status, 0)
