@@ -22,11 +22,25 @@ final class PassthroughTests: MountedTestCase {
 
     func testAReaderReadsItsVersionWhileTheDaemonIsStopped() throws {
         try requirePassthrough()
-        sh("head -c 3000000 /dev/urandom > Documents/big && cp Documents/big /tmp/\(ProcessInfo.processInfo.processIdentifier).expected")
+        let (finishedAlone, status) = try readWhileTheDaemonIsStopped(waiting: 8)
+        XCTAssertTrue(finishedAlone, "the read waited for the stopped daemon")
+        XCTAssertEqual(status, 0, "3: it read wrong bytes")
+    }
+
+    func testNoPassthroughReadsThroughTheDaemon() throws {
+        try remountWithoutPassthrough()
+        let (finishedAlone, status) = try readWhileTheDaemonIsStopped(waiting: 2)
+        XCTAssertFalse(finishedAlone, "-o no_passthrough: the read should have needed the daemon")
+        XCTAssertEqual(status, 0, "3: it read wrong bytes")
+    }
+
+    /// A reader opens a new file, then reads it whole while the daemon is stopped (SIGSTOP) for at
+    /// most `seconds`. Whether it finished meanwhile, and its exit status once the daemon went on.
+    private func readWhileTheDaemonIsStopped(waiting seconds: Double) throws -> (finishedAlone: Bool, status: Int32) {
         let expected = "/tmp/\(ProcessInfo.processInfo.processIdentifier).expected"
+        sh("head -c 3000000 /dev/urandom > Documents/big && cp Documents/big \(expected)")
         defer { unlink(expected) }
         let daemon = mounted.daemonPID!
-        // The reader opens, then waits for the daemon to stop; its reads must not need the daemon.
         let script = """
         import os, sys, time
         f = os.open('Documents/big', os.O_RDONLY)
@@ -38,7 +52,7 @@ final class PassthroughTests: MountedTestCase {
         """
         let reader = Process()
         reader.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
-        reader.arguments = ["10", "python3", "-c", script]
+        reader.arguments = ["30", "python3", "-c", script]
         reader.currentDirectoryURL = URL(fileURLWithPath: home)
         let input = Pipe(), output = Pipe()
         reader.standardInput = input
@@ -47,13 +61,12 @@ final class PassthroughTests: MountedTestCase {
         XCTAssertTrue(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("open"))
         kill(daemon, SIGSTOP)
         input.fileHandleForWriting.write(Data("go\n".utf8))
-        let deadline = Date(timeIntervalSinceNow: 8)
+        let deadline = Date(timeIntervalSinceNow: seconds)
         while reader.isRunning && Date() < deadline { usleep(20_000) }
         let finishedAlone = !reader.isRunning
         kill(daemon, SIGCONT)
         reader.waitUntilExit()
-        XCTAssertTrue(finishedAlone, "the read waited for the stopped daemon")
-        XCTAssertEqual(reader.terminationStatus, 0, "3: it read wrong bytes")
+        return (finishedAlone, reader.terminationStatus)
     }
 
     func testReadersOfEveryKindMixWithoutErrors() throws { try onBothReadPaths(checkReadersOfEveryKindMix) }
