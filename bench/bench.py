@@ -233,15 +233,7 @@ def workload_fio(directory):
     wall, side = fio("seqwrite", path, "write", "1M", size, ["--end_fsync=1"])
     results["seq_write"] = (size / side["bw_bytes"], f"{side['bw_bytes'] / (1 << 20):.0f} MiB/s")
     results["seq_write_wall"] = wall
-    # Cold reads on this machine come out at either about 0.5 s or 1.5 s per GiB, whatever the
-    # column: five reads each time, and their median, make one sample.
-    reads = []
-    for _ in range(5):
-        drop_caches()
-        reads.append(fio("seqread", shared, "read", "1M", size))
-    wall, side = sorted(reads, key=lambda read: read[1]["bw_bytes"])[2]
-    results["seq_read"] = (size / side["bw_bytes"], f"{side['bw_bytes'] / (1 << 20):.0f} MiB/s")
-    results["seq_read_wall"] = wall
+    # The sequential read is a step of its own (sequential_reads).
     drop_caches()
     wall, side = fio("randread", shared, "randread", "4k", size, [f"--number_ios={ios}"])
     results["rand_read"] = (ios / side["iops"], f"{side['iops'] / 1000:.1f}k IOPS")
@@ -263,6 +255,23 @@ def workload_fio(directory):
 
 
 READ_FILE = "fio-read.dat"
+
+SEQUENTIAL_READ_ROUNDS = 3  # per repetition
+
+
+def sequential_reads(places, order, reps, results):
+    """Cold sequential reads of READ_FILE, the columns taking turns, one read each per round. Cold
+    reads on this machine come out at either about 0.5 s or 1.5 s per GiB, in spells of seconds
+    that hit whatever runs then: so no column reads all its samples in one spell."""
+    size = parse_size(CONFIG["BENCH_SIZE"])
+    rounds = SEQUENTIAL_READ_ROUNDS * reps
+    for round_index in range(rounds):
+        for target in order[round_index % len(order):] + order[:round_index % len(order)]:
+            drop_caches()
+            wall, side = fio("seqread", os.path.join(places[target], READ_FILE), "read", "1M", size)
+            results.add(target, {"seq_read": (size / side["bw_bytes"], f"{side['bw_bytes'] / (1 << 20):.0f} MiB/s"),
+                                 "seq_read_wall": wall})
+        log(f"sequential reads: round {round_index + 1}/{rounds} done")
 
 
 def share_read_file(backing_directories):
@@ -697,9 +706,11 @@ def main():
             ("cp", lambda place: workload_cp(place, cp_source, work)),
         ]
         only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
-        if not only or "fio" in only:
+        if not only or "fio" in only or "seqread" in only:
             share_read_file([native, pt_source, backing_documents, os.path.join(store, "containers", APP_ID, "tmp")])
         order = list(places)
+        if not only or "seqread" in only:
+            sequential_reads(places, order, reps, results)
         for name, step in [(name, step) for name, step in steps if not only or name in only]:
             for rep in range(reps):
                 # Each repetition starts with another column, so that none always follows the
