@@ -132,6 +132,7 @@ final class Node {
                 return nil
             }
             let descriptor = open()
+            // Nothing counted: the caller answers the error and keeps no handle.
             guard descriptor >= 0 else { return (descriptor, .shared) }
             if passthroughReaders > 0 {
                 passthroughReaders += 1
@@ -160,7 +161,9 @@ final class Node {
     enum Opening {
         /// Reads an atomically replaced file, keeping the version it opened.
         case versionedReader
+        /// Reads a file written in place (tmp, Caches, hard-linked or opted-out files).
         case inPlaceReader
+        /// Writes a file in place; never through passthrough, which would keep its writes from the daemon.
         case inPlaceWriter
     }
 
