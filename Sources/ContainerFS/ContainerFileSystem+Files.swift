@@ -57,10 +57,9 @@ extension ContainerFileSystem {
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Node.Opening = writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
-            guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough, leave: { self.nodes.detach(node) },
+            guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough, in: self.nodes,
                                                            openFile) else { return self.fail(request, ESTALE, access: access) }
             guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
-            if writing, node.writerCame() { self.nodes.writerArrived(at: node.key) }
             self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access))
         }
     }
@@ -232,10 +231,7 @@ extension ContainerFileSystem {
                                     in parent: Node, name: FileName) -> Node? {
         var node = node
         for attempt in 0..<2 {
-            if node.openHandle(.inPlaceWriter, passthrough: nil, leave: { self.nodes.detach(node) }, { descriptor }) != nil {
-                if node.writerCame() { nodes.writerArrived(at: node.key) }
-                return node
-            }
+            if node.openHandle(.inPlaceWriter, passthrough: nil, in: nodes, { descriptor }) != nil { return node }
             forget(entry.ino, count: 1)
             guard attempt == 0, lookupEntry(parent: parent, name: name, entry: &entry) == 0 else { break }
             node = nodes.node(entry.ino)

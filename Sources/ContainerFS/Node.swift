@@ -123,17 +123,22 @@ final class Node {
     /// may cache. So readers read through passthrough when every other handle does (`passthrough`
     /// registers the version) and no writer is around; an atomically replaced file's readers read
     /// through the page cache while no writer is around, through the daemon otherwise. Nil when a
-    /// writer in place must leave the node to passthrough readers: `leave` ran, under the lock.
-    func openHandle(_ opening: Opening, passthrough: PassthroughFiles?, leave: () -> Void,
+    /// writer in place must leave the node to passthrough readers: `nodes` detached it. A writer in
+    /// place that the node awaited (`awaitsWriterUntil`) has come.
+    func openHandle(_ opening: Opening, passthrough: PassthroughFiles?, in nodes: NodeTable,
                     _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
         Node.sessionLocks[stripe].withLock {
             if opening == .inPlaceWriter, passthroughReaders > 0 {
-                leave()
+                nodes.detach(self)
                 return nil
             }
             let descriptor = open()
             // Nothing counted: the caller answers the error and keeps no handle.
             guard descriptor >= 0 else { return (descriptor, .shared) }
+            if opening == .inPlaceWriter, awaitsWriterUntil != 0 {
+                awaitsWriterUntil = 0
+                nodes.writerArrived(at: key)
+            }
             if passthroughReaders > 0 {
                 passthroughReaders += 1
                 cachedReaders += 1
@@ -188,14 +193,6 @@ final class Node {
                     backingID = 0
                 }
             }
-        }
-    }
-
-    /// The writer a detach made way for has come (`awaitsWriterUntil`): true if it was expected.
-    func writerCame() -> Bool {
-        Node.sessionLocks[stripe].withLock {
-            defer { awaitsWriterUntil = 0 }
-            return awaitsWriterUntil != 0
         }
     }
 
