@@ -488,18 +488,46 @@ final class NodeTable {
     func forget(_ inode: InodeNumber, count: UInt64) {
         let node = node(inode)
         guard node !== root else { return }
-        let shrunk = state.withLock { state -> Bool in
-            guard node.lookups > 0 else { return false }
+        let (forgotten, shrunk) = state.withLock { state -> (Bool, Bool) in
+            guard node.lookups > 0 else { return (false, false) }
             node.lookups -= min(count, node.lookups)
-            guard node.lookups == 0 else { return false }
+            guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            Unmanaged.passUnretained(node).release()
-            return state.shrinkIfFarBelowPeak()
+            return (true, state.shrinkIfFarBelowPeak())
         }
+        if forgotten { release(node) }
         // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
         // daemon gives it back to the system.
         if shrunk { DispatchQueue.global(qos: .utility).async { _ = clinux_malloc_trim(0) } }
     }
+
+    /// Drops the kernel's reference to a forgotten node. Closing the last descriptor on an unlinked
+    /// item frees its inode and blocks, the dearest step of an unlink: a node holding one goes on
+    /// `closer`, so that no thread serving requests waits for that (the unlink was answered before
+    /// the kernel forgot the node). Past `closesQueuedAtMost` waiting, it is done here.
+    private func release(_ node: Node) {
+        let reference = Unmanaged.passUnretained(node)
+        if node.holdsItem {
+            if closesQueued.add(1, ordering: .relaxed).newValue <= closesQueuedAtMost {
+                closer.async {
+                    reference.release()
+                    self.closesQueued.subtract(1, ordering: .relaxed)
+                }
+                return
+            }
+            closesQueued.subtract(1, ordering: .relaxed)
+        }
+        reference.release()
+    }
+
+    private let closer = DispatchQueue(label: "containerfs.nodes.closer")
+    private let closesQueued = Atomic<Int>(0)
+    /// An eighth of the descriptors the daemon may hold, the rest being for directories and open files.
+    private let closesQueuedAtMost: Int = {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 0 }
+        return Int(min(limit.rlim_cur / 8, 4096))
+    }()
 
     /// Leaves `node` to the handles reading it through the page cache, when a writer comes: the
     /// node keeps their version, and the next lookup of the name makes a node for the writer. The

@@ -58,6 +58,34 @@ final class DescriptorTests: MountedTestCase {
         sh("echo after > Documents/more/new && cat Documents/more/new")
     }
 
+    /// The daemon's descriptors on items whose last name is gone.
+    private var descriptorsOnDeletedItems: Int {
+        let folder = "/proc/\(mounted.daemonPID!)/fd/"
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return descriptors.filter {
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: folder + $0))?.hasSuffix(" (deleted)") ?? false
+        }.count
+    }
+
+    func testUnlinkedFilesLeaveNoDescriptorBehind() {
+        // Each unlinked file's node holds a descriptor on it until the kernel forgets the node: more
+        // files than the daemon's descriptor limit, so descriptors never closed would pile up.
+        syscall("""
+        kept = os.open('Documents/many/f0', os.O_RDONLY)
+        for index in range(600):
+            os.lstat(f'Documents/many/f{index}')
+            os.unlink(f'Documents/many/f{index}')
+        os.system('sync; echo 2 > /proc/sys/vm/drop_caches')
+        assert os.fstat(kept).st_nlink == 0
+        os.close(kept)
+        """, errno: 0)
+        // Closed on a background queue, a little after the kernel's forget.
+        let deadline = Date() + 10
+        while descriptorsOnDeletedItems > 0, Date() < deadline { usleep(20_000) }
+        XCTAssertEqual(descriptorsOnDeletedItems, 0)
+        XCTAssertEqual(sh("ls Documents/many | wc -l").trimmingCharacters(in: .whitespacesAndNewlines), "\(Self.files - 600)")
+    }
+
     func testRenamedAndUnlinkedFilesStayReachable() {
         syscall("""
         fd = os.open('Documents/kept', os.O_RDWR | os.O_CREAT, 0o600)
