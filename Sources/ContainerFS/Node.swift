@@ -502,14 +502,15 @@ final class NodeTable {
     }
 
     /// Drops the kernel's reference to a forgotten node. Closing the last descriptor on an unlinked
-    /// item frees its inode and blocks, the dearest step of an unlink: a node holding one goes on
-    /// `closer`, so that no thread serving requests waits for that (the unlink was answered before
+    /// item frees its inode and blocks, the dearest step of an unlink: a node holding one goes to
+    /// `closers`, so that no thread serving requests waits for that (the unlink was answered before
     /// the kernel forgot the node). Past `closesQueuedAtMost` waiting, it is done here.
     private func release(_ node: Node) {
         let reference = Unmanaged.passUnretained(node)
         if node.holdsItem {
-            if closesQueued.add(1, ordering: .relaxed).newValue <= closesQueuedAtMost {
-                closer.async {
+            let queued = closesQueued.add(1, ordering: .relaxed).newValue
+            if queued <= closesQueuedAtMost {
+                closers[queued % closers.count].async {
                     reference.release()
                     self.closesQueued.subtract(1, ordering: .relaxed)
                 }
@@ -520,7 +521,9 @@ final class NodeTable {
         reference.release()
     }
 
-    private let closer = DispatchQueue(label: "containerfs.nodes.closer")
+    /// Freeing blocks waits for the device when the filesystem discards them: four queues keep
+    /// four such waits going at once (one fell behind a client's unlinks, eight cost more CPU).
+    private let closers = (0..<4).map { DispatchQueue(label: "containerfs.nodes.closer\($0)") }
     private let closesQueued = Atomic<Int>(0)
     /// An eighth of the descriptors the daemon may hold, the rest being for directories and open files.
     private let closesQueuedAtMost: Int = {
