@@ -55,21 +55,21 @@ final class Node {
     private var writeSession: WriteSession?
     /// The version whose pages the kernel may hold; guarded with the session.
     private var cachedVersion: FileVersion?
-    /// Handles reading an atomically replaced file through the kernel (its page cache, or
-    /// passthrough); guarded with the session. No write session runs on the node meanwhile: the
-    /// kernel's one size, cache and backing file per inode stay the readers' (see `cacheUse`).
-    private(set) var cachedReaders: Int32 = 0
-    /// Of the handles open on the file, those the kernel reads through passthrough, from the file
-    /// registered as `backingID`; guarded with the session.
+    /// The handles `openHandle` counted, by how the kernel reaches the file (`OpenPath`); guarded
+    /// with the session. Passthrough readers read the file registered as `backingID`. While a
+    /// direct reader is open, later readers read so too: its private mappings fill the page cache
+    /// with its version.
+    private var sharedOpens: Int32 = 0
+    private var pageCacheReaders: Int32 = 0
+    private var directReaders: Int32 = 0
     private(set) var passthroughReaders: Int32 = 0
     private var backingID: Int32 = 0
-    /// The other handles open on the file but a write session's (see `openHandle`);
-    /// guarded with the session.
-    private var otherOpens: Int32 = 0
-    /// Of those, readers of an atomically replaced file through the daemon (`OpenPath.direct`).
-    /// Later readers read so too while one is open: its private mappings fill the page cache with
-    /// its version.
-    private var directReaders: Int32 = 0
+    /// Handles reading an atomically replaced file through the kernel (its page cache, or
+    /// passthrough). No write session runs on the node meanwhile: the kernel's one size, cache and
+    /// backing file per inode stay the readers' (see `cacheUse`).
+    var cachedReaders: Int32 { pageCacheReaders + passthroughReaders }
+    /// The handles that are not passthrough: the kernel refuses passthrough while one is open.
+    private var otherOpens: Int32 { sharedOpens + pageCacheReaders + directReaders }
     /// Set on a node made for a file whose previous node a writer left to its cached readers: until
     /// the writer comes, or this uptime in nanoseconds, readers bypass the cache, so that the writer's
     /// retried open finds none. 0 when not awaiting. Guarded with the session.
@@ -141,23 +141,23 @@ final class Node {
             }
             if passthroughReaders > 0 {
                 passthroughReaders += 1
-                cachedReaders += 1
                 return (descriptor, .passthrough(backingID: backingID))
             }
             let writerAround = writeSession != nil || pendingNotices > 0 || awaitsWriter()
             if opening != .inPlaceWriter, !writerAround, otherOpens == 0, let id = passthrough?.register(descriptor) {
                 backingID = id
                 passthroughReaders = 1
-                cachedReaders += 1
                 return (descriptor, .passthrough(backingID: id))
             }
-            otherOpens += 1
-            guard opening == .versionedReader else { return (descriptor, .shared) }
+            guard opening == .versionedReader else {
+                sharedOpens += 1
+                return (descriptor, .shared)
+            }
             if writerAround || directReaders > 0 {
                 directReaders += 1
                 return (descriptor, .direct)
             }
-            cachedReaders += 1
+            pageCacheReaders += 1
             return (descriptor, .pageCache)
         }
     }
@@ -178,15 +178,12 @@ final class Node {
         Node.sessionLocks[stripe].withLock {
             switch path {
             case .direct:
-                otherOpens -= 1
                 directReaders -= 1
             case .shared:
-                otherOpens -= 1
+                sharedOpens -= 1
             case .pageCache:
-                otherOpens -= 1
-                cachedReaders -= 1
+                pageCacheReaders -= 1
             case .passthrough:
-                cachedReaders -= 1
                 passthroughReaders -= 1
                 if passthroughReaders == 0 {
                     passthrough?.unregister(backingID)
