@@ -56,7 +56,7 @@ let package = Package(
         .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
         .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
-        .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "containerfs"]),
+        .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs"]),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -28,11 +28,13 @@ extension ContainerFileSystem {
         guard !isStale(node) else { return request.reply(error: ESTALE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
-        let inPlace = writesInPlace(node)
+        // A writer that does not truncate shares the file live, and so does every open while it does.
+        let live = writing && Sharing.opensLive(flags)
+        let inPlace = live || writesInPlace(node)
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place
         // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
-        if writing, node.withSession({ yieldsToCachedReaders(node, session: $0, writingInPlace: inPlace) }) {
+        if writing, node.withSession({ yieldsToCachedReaders(node, session: $0, inPlace: inPlace ? (live ? .liveWriter : .inPlaceWriter) : nil) }) {
             return request.reply(error: ESTALE)
         }
         if writing && !inPlace {
@@ -56,20 +58,24 @@ extension ContainerFileSystem {
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
-            let opening: Node.Opening = writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
-            guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough, in: self.nodes,
+            let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
+            guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough,
+                                                           writable: Policy.write(node.zone) == 0, in: self.nodes,
                                                            openFile) else { return self.fail(request, ESTALE, access: access) }
             guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
-            self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access))
+            self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access),
+                       writing: writing)
         }
     }
 
     /// Answers an open with the handle of a regular file that `Node.openHandle` opened.
-    private func reply(_ request: FuseRequest, info: FileInfoCopy, with handle: OpenFile) {
+    private func reply(_ request: FuseRequest, info: FileInfoCopy, with handle: OpenFile, writing: Bool) {
         switch handle.path {
-        case .pageCache?, .shared?, nil: info.reply(request, with: handle, cache: cacheUse(of: handle.node, descriptor: handle.descriptor))
+        case .pageCache?, .shared?, .live?, nil: info.reply(request, with: handle, cache: cacheUse(of: handle.node, descriptor: handle.descriptor))
         case .direct?: info.reply(request, with: handle, cache: .bypass)
-        case .passthrough(let backingID)?: info.reply(request, with: handle, passthrough: backingID)
+        case .passthrough(let backingID)?, .passthroughLive(let backingID)?:
+            if writing { handle.passesWritesThrough() }
+            info.reply(request, with: handle, passthrough: backingID)
         }
     }
 
@@ -90,9 +96,10 @@ extension ContainerFileSystem {
     /// Whether a writer (a session starting on `node`, none running) must leave the node to the
     /// readers holding its pages: it then detaches the node, and the writer's ESTALE makes the
     /// kernel look the name up again, for a node of the writer's own.
-    func yieldsToCachedReaders(_ node: Node, session: WriteSession?, writingInPlace: Bool = false) -> Bool {
+    func yieldsToCachedReaders(_ node: Node, session: WriteSession?, inPlace opening: Sharing.Opening? = nil) -> Bool {
         if node.isDetached { return true }
-        guard session == nil, (writingInPlace ? node.passthroughReaders : node.cachedReaders) > 0 else { return false }
+        let yields = opening.map { node.sharing.admit($0, passesThrough: passthrough != nil) == .detach } ?? (node.sharing.cachedReaders > 0)
+        guard session == nil, yields else { return false }
         nodes.detach(node)
         return true
     }
@@ -102,10 +109,7 @@ extension ContainerFileSystem {
     private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
         node.withSession { current in
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
-            if node.awaitsWriterUntil != 0 {
-                node.awaitsWriterUntil = 0
-                nodes.writerArrived(at: node.key)
-            }
+            if node.sharing.writerJoined() { nodes.writerArrived(at: node.key) }
             let session = current ?? WriteSession()
             if truncating { shadows.discard(session) }
             // A truncating writer's shadow is a new, empty file.
@@ -150,7 +154,8 @@ extension ContainerFileSystem {
                 var spareName: [CChar] = []
                 var descriptor: Int32 = -1
                 var taken = false
-                if self.startsFresh(in: parentNode, name: name) {
+                let live = Sharing.opensLive(flags)
+                if !live, self.startsFresh(in: parentNode, name: name) {
                     descriptor = self.shadows.createFromSpare(pointer, in: parentNode.descriptor, mode: mode, spareName: &spareName)
                     taken = descriptor < 0 && errno == EEXIST
                 }
@@ -179,16 +184,17 @@ extension ContainerFileSystem {
                 let node = self.nodes.node(entry.ino)
                 let truncating = !made && flags & O_TRUNC != 0
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
-                if spareName.isEmpty, self.writesInPlace(node) {
-                    guard let writtenNode = self.countWriterInPlace(descriptor, on: node, entry: &entry, in: parentNode, name: name) else {
+                if spareName.isEmpty, live || self.writesInPlace(node) {
+                    guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, on: node, entry: &entry,
+                                                                            in: parentNode, name: name) else {
                         close(descriptor)
                         access.end(tookEffect: false)
                         return request.reply(error: ESTALE)
                     }
-                    let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: .shared, access: access)
+                    let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: path, access: access)
                     if truncating, ftruncate(descriptor, 0) != 0 {
                         let error = errno
-                        writtenNode.closeHandle(.shared, passthrough: nil)
+                        writtenNode.closeHandle(path, passthrough: nil)
                         access.end(tookEffect: false)
                         self.forget(entry.ino, count: 1)
                         return request.reply(error: error)
@@ -227,11 +233,13 @@ extension ContainerFileSystem {
     /// node that passthrough readers hold is left to them, and `entry` then names a node of the
     /// writer's own, as an open's ESTALE would make the kernel find. Nil if none could be had (the
     /// kernel's reference `entry` counted is forgotten then).
-    private func countWriterInPlace(_ descriptor: Int32, on node: Node, entry: inout fuse_entry_param,
-                                    in parent: Node, name: FileName) -> Node? {
+    private func countWriterInPlace(_ descriptor: Int32, live: Bool, on node: Node, entry: inout fuse_entry_param,
+                                    in parent: Node, name: FileName) -> (Node, OpenPath)? {
         var node = node
         for attempt in 0..<2 {
-            if node.openHandle(.inPlaceWriter, passthrough: nil, in: nodes, { descriptor }) != nil { return node }
+            if let (_, path) = node.openHandle(live ? .liveWriter : .inPlaceWriter, passthrough: nil, in: nodes, { descriptor }) {
+                return (node, path)
+            }
             forget(entry.ino, count: 1)
             guard attempt == 0, lookupEntry(parent: parent, name: name, entry: &entry) == 0 else { break }
             node = nodes.node(entry.ino)
@@ -360,7 +368,7 @@ extension ContainerFileSystem {
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
             session.access = nil
-            if error == 0 { node.pendingNotices += 1 }
+            if error == 0 { node.sharing.noticeDecided() }
             return (error, error == 0)
         }
     }
@@ -369,7 +377,7 @@ extension ContainerFileSystem {
         let handle = Handle.take(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
             if let path = handle.path { handle.node.closeHandle(path, passthrough: passthrough) }
-            handle.access?.end(tookEffect: handle.wrote)
+            handle.access?.end(tookEffect: handle.hasWritten)
             return request.replySuccess()
         }
         let (ended, published): (Bool, Bool) = handle.node.withSession { current in
@@ -380,7 +388,7 @@ extension ContainerFileSystem {
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil
-            handle.node.pendingNotices += 1
+            handle.node.sharing.noticeDecided()
             return (true, wasDirty && error == 0)
         }
         request.replySuccess()

@@ -46,6 +46,10 @@ enum OpenPath: Equatable {
     case pageCache
     /// Through the page cache, for a file written in place: shared as on a disk.
     case shared
+    /// As `shared`, for a writer whose open made the file live (`Sharing.opensLive`).
+    case live
+    /// As `passthrough`, for a writer whose open made the file live.
+    case passthroughLive(backingID: Int32)
     /// The kernel reads the version registered as `backingID` itself (FUSE passthrough).
     case passthrough(backingID: Int32)
 }
@@ -66,10 +70,15 @@ final class PassthroughFiles {
     }
 
     /// The backing id of the file open on `descriptor`, or nil if the kernel will not read it itself.
-    func register(_ descriptor: Int32) -> Int32? {
+    /// With `writable`, the kernel is given the file open for writing too, so that writers in place
+    /// can join the readers (`Sharing`): false in the answer if it could not be opened so.
+    func register(_ descriptor: Int32, writable: Bool) -> (id: Int32, writable: Bool)? {
         guard enabled.load(ordering: .relaxed), let registry else { return nil }
-        let id = registry.openBacking(descriptor)
-        if id > 0 { return id }
+        // The kernel holds the backing file itself: the descriptor opened for it can go at once.
+        let writer = writable ? Backing.withProcPath(descriptor) { open($0, O_RDWR | O_CLOEXEC) } : -1
+        defer { if writer >= 0 { close(writer) } }
+        let id = registry.openBacking(writer >= 0 ? writer : descriptor)
+        if id > 0 { return (id, writer >= 0) }
         // Short of descriptors or memory: this reader only. Other refusals do not pass.
         if ![EMFILE, ENFILE, ENOMEM].contains(-id), enabled.exchange(false, ordering: .relaxed) { refused(-id) }
         return nil

@@ -206,7 +206,7 @@ public final class ContainerFileSystem: LowLevelFileSystem {
             session.dirty = true
             guard current == nil else { return 0 }
             published = true
-            node.pendingNotices += 1
+            node.sharing.noticeDecided()
             return shadows.publish(session, of: node, in: nodes, durably: false)
         }
     }
@@ -255,10 +255,10 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     /// The extended attribute that opts a file, or everything below a directory, into in-place writes.
     static let inPlaceAttribute = "user.containerfs.write-in-place"
 
-    /// Whether writes to `node` go straight to the file: tmp and Caches, hard-linked files (a
-    /// rename would part the links), and items opted out with `inPlaceAttribute`.
+    /// Whether writes to `node` go straight to the file: tmp and Caches, live files (`Sharing`),
+    /// hard-linked files (a rename would part the links), and items opted out with `inPlaceAttribute`.
     func writesInPlace(_ node: Node) -> Bool {
-        guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return true }
+        guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
         let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
         if error == 0, attributes.st_nlink > 1, !node.isWrittenFresh { return true }

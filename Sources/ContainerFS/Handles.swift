@@ -17,6 +17,23 @@ final class OpenFile {
     let path: OpenPath?
     /// Whether an in-place handle wrote anything (presenters then hear "did change").
     var wrote = false
+    /// The file's change time at the open of a writer the kernel passes through: its writes never
+    /// reach the daemon, so a later change time tells that it wrote.
+    private var changedAtOpen: timespec?
+
+    /// Notes that the kernel writes for this handle itself (a writer through passthrough).
+    func passesWritesThrough() {
+        var attributes = stat()
+        if fstat(descriptor, &attributes) == 0 { changedAtOpen = attributes.st_ctim }
+    }
+
+    /// Whether the handle wrote anything, as far as the daemon can tell.
+    var hasWritten: Bool {
+        guard !wrote, let before = changedAtOpen else { return wrote }
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0 else { return true }
+        return attributes.st_ctim.tv_sec != before.tv_sec || attributes.st_ctim.tv_nsec != before.tv_nsec
+    }
 
     init(descriptor: Int32, node: Node, writesThroughSession: Bool = false, appends: Bool = false,
          path: OpenPath? = nil, access: CoordinatedAccess?) {

@@ -55,30 +55,8 @@ final class Node {
     private var writeSession: WriteSession?
     /// The version whose pages the kernel may hold; guarded with the session.
     private var cachedVersion: FileVersion?
-    /// The handles `openHandle` counted, by how the kernel reaches the file (`OpenPath`); guarded
-    /// with the session. Passthrough readers read the file registered as `backingID`. While a
-    /// direct reader is open, later readers read so too: its private mappings fill the page cache
-    /// with its version.
-    private var sharedOpens: Int32 = 0
-    private var pageCacheReaders: Int32 = 0
-    private var directReaders: Int32 = 0
-    private(set) var passthroughReaders: Int32 = 0
-    private var backingID: Int32 = 0
-    /// Handles reading an atomically replaced file through the kernel (its page cache, or
-    /// passthrough). No write session runs on the node meanwhile: the kernel's one size, cache and
-    /// backing file per inode stay the readers' (see `cacheUse`).
-    var cachedReaders: Int32 { pageCacheReaders + passthroughReaders }
-    /// The handles that are not passthrough: the kernel refuses passthrough while one is open.
-    private var otherOpens: Int32 { sharedOpens + pageCacheReaders + directReaders }
-    /// Set on a node made for a file whose previous node a writer left to its cached readers: until
-    /// the writer comes, or this uptime in nanoseconds, readers bypass the cache, so that the writer's
-    /// retried open finds none. 0 when not awaiting. Guarded with the session.
-    var awaitsWriterUntil: UInt64 = 0
-    /// Notices to the kernel (`didPublish`, `didDiscard`) decided but not yet sent; guarded with the
-    /// session. No cached reader is admitted meanwhile: a notice bumps the kernel's attribute
-    /// version, which makes it drop the size a reader's first read asked for and keep one from the
-    /// session (stress.py's ops 11 and 12 saw reads cut short, and read past their version's end).
-    var pendingNotices: Int32 = 0
+    /// How the handles open on the file reach it, and whether it is live; guarded with the session.
+    var sharing = Sharing()
     /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
@@ -117,92 +95,47 @@ final class Node {
     }
 
     /// Opens the file for a handle that is not a write session's (`open` returns its descriptor, or
-    /// -1 with errno set) and decides how the kernel reaches it, under the session lock, so that no
-    /// write session starts or publishes between the two. The kernel fails an open of an inode it
-    /// reads through passthrough that is not one too, and refuses passthrough while another open
-    /// may cache. So readers read through passthrough when every other handle does (`passthrough`
-    /// registers the version) and no writer is around; an atomically replaced file's readers read
-    /// through the page cache while no writer is around, through the daemon otherwise. Nil when a
-    /// writer in place must leave the node to passthrough readers: `nodes` detached it. A writer in
-    /// place that the node awaited (`awaitsWriterUntil`) has come.
-    func openHandle(_ opening: Opening, passthrough: PassthroughFiles?, in nodes: NodeTable,
+    /// -1 with errno set) and decides how the kernel reaches it (`Sharing.open`), under the session
+    /// lock, so that no write session starts or publishes between the two. `writable`: the file may
+    /// be written, so a passthrough backing file is opened for writing too. Nil when a writer in
+    /// place must leave the node to passthrough readers: `nodes` detached it.
+    func openHandle(_ opening: Sharing.Opening, passthrough: PassthroughFiles?, writable: Bool = false, in nodes: NodeTable,
                     _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
         Node.sessionLocks[stripe].withLock {
-            if opening == .inPlaceWriter, passthroughReaders > 0 {
+            if sharing.admit(opening, passesThrough: passthrough != nil) == .detach {
                 nodes.detach(self)
                 return nil
             }
             let descriptor = open()
             // Nothing counted: the caller answers the error and keeps no handle.
             guard descriptor >= 0 else { return (descriptor, .shared) }
-            if opening == .inPlaceWriter, awaitsWriterUntil != 0 {
-                awaitsWriterUntil = 0
+            let now = DispatchTime.now().uptimeNanoseconds
+            var effect = sharing.open(opening, session: writeSession != nil, now: now, mayRegister: passthrough != nil)
+            if effect == .register {
+                effect = passthrough?.register(descriptor, writable: writable).map { sharing.registered($0.id, writable: $0.writable) }
+                    ?? sharing.open(opening, session: writeSession != nil, now: now, mayRegister: false)
+            }
+            switch effect {
+            case .open(let path): return (descriptor, path)
+            case .writerArrived(let path):
                 nodes.writerArrived(at: key)
+                return (descriptor, path)
+            case .none, .detach, .register, .unregister: preconditionFailure("Sharing.open answers how the handle opens")
             }
-            if passthroughReaders > 0 {
-                passthroughReaders += 1
-                return (descriptor, .passthrough(backingID: backingID))
-            }
-            let writerAround = writeSession != nil || pendingNotices > 0 || awaitsWriter()
-            if opening != .inPlaceWriter, !writerAround, otherOpens == 0, let id = passthrough?.register(descriptor) {
-                backingID = id
-                passthroughReaders = 1
-                return (descriptor, .passthrough(backingID: id))
-            }
-            guard opening == .versionedReader else {
-                sharedOpens += 1
-                return (descriptor, .shared)
-            }
-            if writerAround || directReaders > 0 {
-                directReaders += 1
-                return (descriptor, .direct)
-            }
-            pageCacheReaders += 1
-            return (descriptor, .pageCache)
         }
     }
 
-    /// What a handle that `openHandle` opens does with the file.
-    enum Opening {
-        /// Reads an atomically replaced file, keeping the version it opened.
-        case versionedReader
-        /// Reads a file written in place (tmp, Caches, hard-linked or opted-out files).
-        case inPlaceReader
-        /// Writes a file in place; never through passthrough, which would keep its writes from the daemon.
-        case inPlaceWriter
-    }
-
-    /// A handle `openHandle` counted has closed; the last through passthrough
-    /// unregisters the version.
+    /// A handle `openHandle` counted has closed; the last through passthrough unregisters the version.
     func closeHandle(_ path: OpenPath, passthrough: PassthroughFiles?) {
-        Node.sessionLocks[stripe].withLock {
-            switch path {
-            case .direct:
-                directReaders -= 1
-            case .shared:
-                sharedOpens -= 1
-            case .pageCache:
-                pageCacheReaders -= 1
-            case .passthrough:
-                passthroughReaders -= 1
-                if passthroughReaders == 0 {
-                    passthrough?.unregister(backingID)
-                    backingID = 0
-                }
-            }
-        }
+        let effect = Node.sessionLocks[stripe].withLock { sharing.close(path) }
+        if case .unregister(let id) = effect { passthrough?.unregister(id) }
     }
 
-    /// Whether a writer is expected (`awaitsWriterUntil`); forgets an expectation that has expired.
-    private func awaitsWriter() -> Bool {
-        guard awaitsWriterUntil != 0 else { return false }
-        guard DispatchTime.now().uptimeNanoseconds >= awaitsWriterUntil else { return true }
-        awaitsWriterUntil = 0
-        return false
-    }
+    /// Whether programs share the file live (`Sharing.isLive`).
+    var isLive: Bool { Node.sessionLocks[stripe].withLock { sharing.isLive } }
 
     func noticeSent() {
-        Node.sessionLocks[stripe].withLock { pendingNotices -= 1 }
+        Node.sessionLocks[stripe].withLock { sharing.noticeSent() }
     }
 
     /// Whether a file `create` made is being written in place (`WriteSession.fresh`): its mark in
@@ -461,7 +394,7 @@ final class NodeTable {
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
                                 zone: zone, parent: parent, name: name.copy)
                 node.lookups = 1
-                if !state.awaitingWriter.isEmpty, let until = state.awaitingWriter[key] { node.awaitsWriterUntil = until }
+                if !state.awaitingWriter.isEmpty, let until = state.awaitingWriter[key] { node.sharing.awaitWriter(until: until) }
                 // The kernel's references keep the node alive, whatever the index says later.
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)

@@ -19,10 +19,11 @@ final class AtomicReplaceTests: MountedTestCase {
     }
 
     func testNoReaderSeesAPartlyWrittenVersion() {
+        // A write-only open that does not truncate is a rewrite too (a read-write one shares the file live).
         sh("echo old > Documents/v")
         syscall("""
         import subprocess
-        writer = open('Documents/v', 'r+')
+        writer = os.fdopen(os.open('Documents/v', os.O_WRONLY), 'w')
         writer.write('new and longer, half written')
         writer.flush()
         seen = subprocess.run(['cat', 'Documents/v'], capture_output=True, text=True).stdout
@@ -116,7 +117,7 @@ final class AtomicReplaceTests: MountedTestCase {
 
     func testAWriterKilledMidSessionLeavesThePreviousVersion() {
         sh("echo intact > Documents/k")
-        let result = Shell.run("python3 -c \"import os, time; f = open('Documents/k', 'r+'); f.write('torn'); f.flush(); os.kill(os.getpid(), 9)\"",
+        let result = Shell.run("python3 -c \"import os; f = os.open('Documents/k', os.O_WRONLY); os.write(f, b'torn'); os.kill(os.getpid(), 9)\"",
                                in: home)
         XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status)")
         XCTAssertEqual(sh("cat Documents/k"), "intact\n")

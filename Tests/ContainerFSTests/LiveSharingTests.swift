@@ -1,0 +1,180 @@
+import Foundation
+import XCTest
+
+/// Programs that share a file while it is open (docs/atomic-replace.md, "Sharing a file live"):
+/// databases, shared mappings, counters under locks, logs followed while appended. Each scenario
+/// runs in a plain directory on the same disk first, so that the scenario itself is known to pass
+/// there, then in Documents and in Library/Application Support of the mount.
+final class LiveSharingTests: MountedTestCase {
+    /// Runs `script` (bash, in the directory) in each place; it prints what it checks, and every place
+    /// must print what the plain directory printed (and `expected`, when given).
+    private func everywhere(_ script: String, expected: String? = nil, file: StaticString = #filePath, line: UInt = #line) {
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString)").path
+        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let places = [plain, home + "/Documents", home + "/Library/Application Support"]
+        var reference: String?
+        for place in places {
+            let directory = place == plain ? place : place + "/live-\(UUID().uuidString.prefix(8))"
+            XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true))
+            let result = Shell.run("set -e\n" + script, in: directory, limit: 60)
+            XCTAssertEqual(result.status, 0, "in \(place): \(result.error)", file: file, line: line)
+            if let expected { XCTAssertEqual(result.output, expected, "in \(place)", file: file, line: line) }
+            if let reference {
+                XCTAssertEqual(result.output, reference, "in \(place), unlike the plain directory", file: file, line: line)
+            } else {
+                reference = result.output
+            }
+        }
+    }
+
+    /// SQLite with two writer processes and a reader, then a writer killed mid-transaction.
+    private func checkSQLite(journalMode: String) {
+        everywhere("""
+        sqlite3 db 'PRAGMA journal_mode=\(journalMode); CREATE TABLE t(x);' >/dev/null
+        write() { for i in $(seq 1 100); do echo "INSERT INTO t VALUES($1);"; done | sqlite3 -cmd '.timeout 20000' db; }
+        read() { for i in $(seq 1 20); do sqlite3 -cmd '.timeout 20000' db 'SELECT count(*) FROM t' >/dev/null; done; }
+        write 1 & write 2 & read & wait
+        sqlite3 db 'SELECT count(*) FROM t'
+        # A connection that stays open sees what others commit.
+        python3 - <<'EOF'
+        import os, sqlite3, subprocess
+        reader = sqlite3.connect('db', timeout=20)
+        before = reader.execute('SELECT count(*) FROM t').fetchone()[0]
+        subprocess.run(['sqlite3', 'db', 'PRAGMA synchronous=OFF; INSERT INTO t VALUES(3);'], check=True)
+        print(reader.execute('SELECT count(*) FROM t').fetchone()[0] - before)
+        EOF
+        # Killed in the middle of a transaction: nothing of it stays, everything committed does.
+        python3 -c "
+        import os, sqlite3
+        c = sqlite3.connect('db', timeout=20)
+        c.execute('BEGIN')
+        c.executemany('INSERT INTO t VALUES(?)', [(9,)] * 5000)
+        os.kill(os.getpid(), 9)
+        " || true
+        sqlite3 -cmd '.timeout 20000' db 'PRAGMA integrity_check; SELECT count(*) FROM t'
+        """, expected: "200\n1\nok\n201\n")
+    }
+
+    func testSQLiteInWALMode() { checkSQLite(journalMode: "WAL") }
+
+    func testSQLiteWithARollbackJournal() { checkSQLite(journalMode: "DELETE") }
+
+    func testSharedMappingsReadAndWriteFromTwoProcesses() {
+        everywhere("""
+        python3 - <<'EOF'
+        import mmap, os, subprocess
+        with open('mapped', 'wb') as f:
+            f.write(b'.' * 8192)
+        fd = os.open('mapped', os.O_RDWR)
+        m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        m[0:5] = b'first'
+        other = '''
+        import mmap, os
+        fd = os.open('mapped', os.O_RDWR)
+        m = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        print(m[0:5].decode())
+        m[4096:4102] = b'second'
+        m.flush()
+        '''
+        print(subprocess.run(['python3', '-c', other], capture_output=True, text=True, check=True).stdout, end='')
+        print(m[4096:4102].decode())
+        ro = mmap.mmap(os.open('mapped', os.O_RDONLY), 8192, mmap.MAP_SHARED, mmap.PROT_READ)
+        print(ro[0:5].decode())
+        m.close()
+        EOF
+        """, expected: "first\nsecond\nfirst\n")
+    }
+
+    func testAGdbmDatabaseFillsAndReopens() throws {
+        guard Shell.run("/usr/bin/python3 -c 'import dbm.gnu'").status == 0 else {
+            throw XCTSkip("Debian's python3-gdbm is missing (scripts/setup.sh installs it)")
+        }
+        everywhere("""
+        /usr/bin/python3 - <<'EOF'
+        import dbm.gnu
+        with dbm.gnu.open('gdbm', 'c') as db:
+            for i in range(2000):
+                db[b'key%d' % i] = b'value%d' % i
+        with dbm.gnu.open('gdbm', 'r') as db:
+            print(len(db.keys()), db[b'key1999'].decode())
+        EOF
+        """, expected: "2000 value1999\n")
+    }
+
+    func testACounterUnderLockfCountsEveryIncrement() {
+        // Each process keeps its descriptor open; a reader opens the file again for every look.
+        everywhere("""
+        echo 0 > counter
+        cat > count.py <<'EOF'
+        import fcntl, os
+        f = open('counter', 'r+')
+        for _ in range(100):
+            fcntl.lockf(f, fcntl.LOCK_EX)
+            f.seek(0)
+            value = int(f.read() or 0)
+            f.seek(0)
+            f.write(str(value + 1))
+            f.flush()
+            fcntl.lockf(f, fcntl.LOCK_UN)
+            with open('counter') as look:
+                look.read()
+        EOF
+        for n in 1 2 3 4; do python3 count.py & done; wait
+        cat counter; echo
+        """, expected: "400\n")
+    }
+
+    func testTailFollowsAppends() {
+        everywhere("""
+        echo first > log
+        (sleep 1; echo second >> log) &
+        timeout 4 tail -f log || true
+        echo first > log2
+        (sleep 1; echo second >> log2) &
+        timeout 4 tail -F log2 2>/dev/null || true
+        """, expected: "first\nsecond\nfirst\nsecond\n")
+    }
+
+    func testAnAppenderKilledBySignalKeepsWhatItWrote() {
+        everywhere("""
+        timeout 1 sh -c 'while :; do echo tick; sleep .01; done >> log' || true
+        [ "$(wc -l < log)" -gt 10 ] && echo kept
+        """, expected: "kept\n")
+    }
+
+    func testAReadWriteWriterKilledKeepsWhatItWroteAsOnADisk() {
+        everywhere("""
+        echo intact > k
+        python3 -c "import os; f = os.open('k', os.O_RDWR); os.write(f, b'TORN'); os.kill(os.getpid(), 9)" || true
+        cat k
+        """, expected: "TORNct\n")
+    }
+
+    func testARewriteWhileTheFileIsLiveReachesItsWriters() {
+        // While a program shares the file, a rewrite is written in place too: the program sees it.
+        everywhere("""
+        echo old > shared
+        python3 - <<'EOF'
+        import os, subprocess
+        fd = os.open('shared', os.O_RDWR)
+        subprocess.run('echo new > shared', shell=True, check=True)
+        print(os.pread(fd, 100, 0).decode(), end='')
+        EOF
+        """, expected: "new\n")
+    }
+
+    func testTheFileComesBackToAtomicReplaceWhenItsLiveWritersClose() {
+        sh("echo one > Documents/f && python3 -c \"import os; os.close(os.open('Documents/f', os.O_RDWR))\"")
+        syscall("""
+        reader = open('Documents/f')
+        with open('Documents/f', 'w') as writer:
+            writer.write('two')
+            writer.flush()
+            import subprocess
+            assert subprocess.run(['cat', 'Documents/f'], capture_output=True, text=True).stdout == 'one\\n'
+        assert reader.read() == 'one\\n'
+        assert open('Documents/f').read() == 'two'
+        """, errno: 0)
+    }
+}

@@ -1,0 +1,100 @@
+@testable import ContainerFS
+import Glibc
+import XCTest
+
+/// A node's sharing state driven directly, without a mount (docs/atomic-replace.md, "What readers
+/// see" and "Sharing a file live").
+final class SharingTests: XCTestCase {
+    private var sharing = Sharing()
+
+    private func open(_ opening: Sharing.Opening, session: Bool = false, now: UInt64 = 0,
+                      passthrough id: Int32? = nil, writable: Bool = true) -> OpenPath? {
+        var effect = sharing.open(opening, session: session, now: now, mayRegister: id != nil)
+        if effect == .register { effect = sharing.registered(id!, writable: writable) }
+        switch effect {
+        case .open(let path), .writerArrived(let path): return path
+        default: return nil
+        }
+    }
+
+    func testOnlyReadWriteAndAppendingOpensWithoutTruncationShareTheFileLive() {
+        XCTAssertTrue(Sharing.opensLive(O_RDWR))
+        XCTAssertTrue(Sharing.opensLive(O_RDWR | O_CREAT))
+        XCTAssertTrue(Sharing.opensLive(O_WRONLY | O_APPEND | O_CREAT))
+        XCTAssertFalse(Sharing.opensLive(O_RDWR | O_TRUNC), "a rewrite")
+        XCTAssertFalse(Sharing.opensLive(O_WRONLY | O_CREAT | O_TRUNC), "the shell's >")
+        XCTAssertFalse(Sharing.opensLive(O_WRONLY), "a write-only patch is published whole")
+        XCTAssertFalse(Sharing.opensLive(O_RDONLY))
+    }
+
+    func testTheFirstReaderAloneGetsPassthroughAndLaterReadersFollow() {
+        XCTAssertEqual(open(.versionedReader, passthrough: 7), .passthrough(backingID: 7))
+        XCTAssertEqual(open(.versionedReader), .passthrough(backingID: 7))
+        XCTAssertEqual(sharing.close(.passthrough(backingID: 7)), .none)
+        XCTAssertEqual(sharing.close(.passthrough(backingID: 7)), .unregister(7), "the last one unregisters")
+        XCTAssertEqual(sharing, Sharing())
+    }
+
+    func testReadersBypassTheCacheWhileAWriterIsAround() {
+        XCTAssertEqual(open(.versionedReader, session: true, passthrough: 7), .direct)
+        XCTAssertEqual(open(.versionedReader), .direct, "a direct reader's mappings keep later readers direct")
+        sharing.noticeDecided()
+        XCTAssertEqual(sharing.close(.direct), .none)
+        XCTAssertEqual(sharing.close(.direct), .none)
+        XCTAssertEqual(open(.versionedReader, passthrough: 7), .direct, "a notice is pending")
+        sharing.noticeSent()
+        _ = sharing.close(.direct)
+        XCTAssertEqual(open(.versionedReader), .pageCache)
+    }
+
+    func testALiveWriterJoinsPassthroughReadersThroughAWritableBackingFile() {
+        XCTAssertEqual(open(.versionedReader, passthrough: 3), .passthrough(backingID: 3))
+        XCTAssertEqual(sharing.admit(.liveWriter, passesThrough: true), .none)
+        XCTAssertEqual(open(.liveWriter), .passthroughLive(backingID: 3))
+        XCTAssertTrue(sharing.isLive)
+        XCTAssertEqual(sharing.close(.passthroughLive(backingID: 3)), .none)
+        XCTAssertFalse(sharing.isLive)
+        XCTAssertEqual(sharing.close(.passthrough(backingID: 3)), .unregister(3))
+    }
+
+    func testAWriterDetachesPassthroughReadersOfAReadOnlyBackingFile() {
+        _ = open(.versionedReader, passthrough: 3, writable: false)
+        XCTAssertEqual(sharing.admit(.liveWriter, passesThrough: true), .detach)
+        XCTAssertEqual(sharing.admit(.inPlaceWriter, passesThrough: true), .detach)
+        XCTAssertEqual(sharing.admit(.versionedReader, passesThrough: true), .none)
+    }
+
+    func testAWriterWhoseAnswerCannotPassThroughDetachesPassthroughReaders() {
+        _ = open(.versionedReader, passthrough: 3)
+        XCTAssertEqual(sharing.admit(.liveWriter, passesThrough: false), .detach)
+    }
+
+    func testWhileLiveEveryReaderSharesTheWritersPageCache() {
+        XCTAssertEqual(open(.liveWriter), .live)
+        XCTAssertEqual(open(.versionedReader, passthrough: 9), .shared, "no passthrough beside a writer, no version of its own")
+        XCTAssertEqual(open(.inPlaceReader), .shared)
+        XCTAssertEqual(sharing.cachedReaders, 3, "a rewrite after the writers close leaves the node to them")
+        _ = sharing.close(.live)
+        XCTAssertFalse(sharing.isLive)
+        XCTAssertEqual(open(.versionedReader), .pageCache, "no one writes: readers share the file's pages")
+    }
+
+    func testAnAwaitedWriterArrivesAndReadersBypassTheCacheUntilThen() {
+        sharing.awaitWriter(until: 100)
+        XCTAssertEqual(open(.versionedReader, now: 50, passthrough: 1), .direct)
+        XCTAssertEqual(sharing.open(.liveWriter, session: false, now: 60, mayRegister: false), .writerArrived(.live))
+        XCTAssertEqual(sharing.awaitsWriterUntil, 0)
+    }
+
+    func testAnExpiredWaitForAWriterIsForgotten() {
+        sharing.awaitWriter(until: 100)
+        XCTAssertEqual(open(.versionedReader, now: 150), .pageCache)
+        XCTAssertEqual(sharing.awaitsWriterUntil, 0)
+    }
+
+    func testAWriterJoiningASessionEndsTheWait() {
+        sharing.awaitWriter(until: 100)
+        XCTAssertTrue(sharing.writerJoined())
+        XCTAssertFalse(sharing.writerJoined())
+    }
+}
