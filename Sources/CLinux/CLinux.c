@@ -27,6 +27,7 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
 }
 int clinux_ficlone(int destination, int source) { return ioctl(destination, FICLONE, source); }
+int clinux_syncfs(int fd) { return syncfs(fd); }
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }

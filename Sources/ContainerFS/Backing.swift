@@ -49,10 +49,13 @@ enum Backing {
         }
     }
 
-    /// The backing key of `name` in `directory` now, or nil if there is none.
-    static func key(of name: UnsafePointer<CChar>, in directory: Int32) -> BackingKey? {
-        var attributes = stat()
-        return fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0 ? BackingKey(attributes) : nil
+    /// Makes a directory's entries durable: `fsync` on the directory behind `descriptor`, which may
+    /// be an `O_PATH` descriptor (on which `fsync` itself fails with EBADF). Returns 0 or the errno.
+    static func syncDirectory(_ descriptor: Int32) -> Int32 {
+        let directory = openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return errno }
+        defer { close(directory) }
+        return fsync(directory) == 0 ? 0 : errno
     }
 
     /// The errno of the last failed call, or 0 when `result` says it succeeded.

@@ -59,7 +59,7 @@ public enum Daemon {
         let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue,
                                                            pid: getpid()), in: store)
         defer { close(lease) }
-        let shadowDirectory = try prepareShadowDirectory(in: store)
+        let (shadowDirectory, shadowPath) = try prepareShadowDirectory(in: store)
         defer { close(shadowDirectory) }
         let socketPath = try ControlSocket.path(for: getpid())
         let served = FileSystemReference()
@@ -111,6 +111,11 @@ public enum Daemon {
         // Now, not when libfuse destroys the session, which may be after the deferred closes of the
         // shadow directory and the mount's lease.
         fileSystem.destroy()
+        // Every session ended with the kernel's files: nothing is left to keep (`containerfs check`
+        // counts a shadow directory whose daemon is gone as a leftover).
+        do { try ShadowDirectory.remove(atPath: shadowPath) } catch {
+            logger.warning("could not remove the shadow directory", metadata: ["path": "\(shadowPath)", "error": "\(error)"])
+        }
         try? prepareContainers(apps, of: store, repairing: false)
         logger.info("unmounted", metadata: ["mountpoint": "\(mountPoint)", "status": "\(status)"])
         // libfuse reports the signal that stopped it; that is a clean stop.
@@ -139,7 +144,7 @@ public enum Daemon {
     /// The daemon's own directory for shadows, STORE/work/shadows/PID, after removing those of
     /// daemons that died (their unpublished writes; the files they shadowed are intact, and new
     /// files they were writing are empty again).
-    private static func prepareShadowDirectory(in store: Store) throws -> Int32 {
+    private static func prepareShadowDirectory(in store: Store) throws -> (descriptor: Int32, path: String) {
         let shadows = store.workPath + "/shadows"
         let live = Set(MountRegistry.active(in: store).map { String($0.pid) })
         for leftover in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where !live.contains(leftover) {
@@ -149,7 +154,7 @@ public enum Daemon {
         try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)
         let descriptor = Glibc.open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else { throw ContainerError("\(own): cannot open (\(String(cString: strerror(errno)))).") }
-        return descriptor
+        return (descriptor, own)
     }
 
     /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer EIO.

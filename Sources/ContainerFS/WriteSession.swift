@@ -248,38 +248,55 @@ final class Shadows: @unchecked Sendable {
         session.dirty = false
         if durably, fsync(session.shadow) != 0 { return errno }
         if session.fresh {
-            // The file is in place already: without its mark, it is published.
-            unlinkat(directory, session.shadowName, 0)
+            // The file is in place already: without its mark, it is published. A mark left behind
+            // would make the next mount empty the file.
+            guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
-            if durably {
-                _ = fsync(directory)
-                if let (parent, _) = nodes.place(of: node) { _ = fsync(parent.descriptor) }
-            }
-            return 0
+            guard durably else { return 0 }
+            // The mark's removal, then the file's name (linked in at its creation).
+            guard fsync(directory) == 0 else { return errno }
+            return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
         }
-        guard let (parent, exchanged) = moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes,
-                                                      mustExchange: false) else { return 0 }
+        let parent: Node, exchanged: Bool
+        switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: false) {
+        case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
+        case .gone: return 0
+        case .failed(let error): return error
+        }
         if exchanged {
             // The shadow's name now leads to the previous version.
             let name = session.shadowName
             remover.async { [directory] in _ = unlinkat(directory, name, 0) }
         }
         session.shadowName = []
-        if durably { _ = fsync(parent.descriptor) }
-        return 0
+        // The rename is durable once the directory is: fsync promised the file's new content.
+        return durably ? Backing.syncDirectory(parent.descriptor) : 0
+    }
+
+    /// Where `moveIntoPlace` left the shadow.
+    private enum Placement {
+        /// In the file's place, in `parent`; `exchanged`: the previous version has the shadow's name.
+        case moved(parent: Node, exchanged: Bool)
+        /// The name no longer leads to the node's file (deleted or replaced meanwhile).
+        case gone
+        /// A system call failed: the file is as it was.
+        case failed(Int32)
     }
 
     /// Puts the session's shadow in place of the file `node` shows, and points the node at it. The
     /// two swap places (the previous version then has the shadow's name) unless the filesystem
-    /// cannot swap and `mustExchange` is false: then the shadow is renamed over the file. Returns the
-    /// directory and whether they swapped, or nil when the name no longer leads to the node's file.
+    /// cannot swap and `mustExchange` is false: then the shadow is renamed over the file.
     private func moveIntoPlace(_ shadow: Int32, named shadowName: [CChar], of node: Node, in nodes: NodeTable,
-                               mustExchange: Bool) -> (Node, exchanged: Bool)? {
-        guard let (parent, name) = nodes.place(of: node) else { return nil }
+                               mustExchange: Bool) -> Placement {
+        guard let (parent, name) = nodes.place(of: node) else { return .gone }
         var attributes = stat()
-        guard fstat(shadow, &attributes) == 0 else { return nil }
-        let moved = Backing.withCName(name) { cName -> Bool? in
-            guard Backing.key(of: cName, in: parent.descriptor) == node.key else { return nil }
+        guard fstat(shadow, &attributes) == 0 else { return .failed(errno) }
+        return Backing.withCName(name) { cName -> Placement in
+            var current = stat()
+            guard fstatat(parent.descriptor, cName, &current, AT_SYMLINK_NOFOLLOW) == 0 else {
+                return errno == ENOENT ? .gone : .failed(errno)
+            }
+            guard BackingKey(current) == node.key else { return .gone }
             let previous = nodes.republish(node, as: attributes)
             var result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, UInt32(RENAME_EXCHANGE))
             var exchanged = true
@@ -288,13 +305,13 @@ final class Shadows: @unchecked Sendable {
                 exchanged = false
             }
             guard result == 0 else {
+                let error = errno
                 nodes.abandonRepublish(node, previous: previous)
-                return nil
+                return error == ENOENT ? .gone : .failed(error)
             }
             nodes.finishRepublish(node, previous: previous)
-            return exchanged
+            return .moved(parent: parent, exchanged: exchanged)
         }
-        return moved.map { (parent, $0) }
     }
 
     /// Someone else opens a file that `session` writes in place since creating it: its name gets
@@ -307,7 +324,7 @@ final class Shadows: @unchecked Sendable {
         // An empty copy of the file (mode, owner, attributes) swaps places with it.
         let empty = WriteSession()
         guard prepare(empty, of: node, truncated: true) == 0 else { return }
-        guard moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, mustExchange: true) != nil else {
+        guard case .moved = moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, mustExchange: true) else {
             return discard(empty)
         }
         // The copy's former name leads to what was written; the mark is a link too many.

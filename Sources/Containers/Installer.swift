@@ -47,6 +47,8 @@ public enum Installer {
 
         let record = AppRecord(id: id.rawValue, bundleName: bundleName, installedAt: Date())
         try store.write(record)
+        // A bundle whose files a power cut took back would fail its seal.
+        try store.syncToDisk()
         return record
     }
 

@@ -1,4 +1,6 @@
+import CLinux
 import Foundation
+import Glibc
 
 /// A failure a user can act on: the message says what went wrong and what to do.
 public struct ContainerError: Error, CustomStringConvertible, Equatable {
@@ -120,6 +122,17 @@ public struct Store: Sendable {
         guard let id = AppID(record.id) else { throw ContainerError("invalid app ID \(record.id)") }
         try FileManager.default.createDirectory(atPath: recordDirectory(id), withIntermediateDirectories: true)
         try JSONEncoder.store.encode(record).write(to: URL(fileURLWithPath: recordPath(id)), options: .atomic)
+    }
+
+    /// Makes everything written to the store's filesystem durable (`syncfs`): an install or a
+    /// delivery reports success only once a power cut can no longer undo it.
+    func syncToDisk() throws {
+        let descriptor = Glibc.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw ContainerError("\(root): cannot open to sync (\(String(cString: strerror(errno)))).") }
+        defer { close(descriptor) }
+        guard clinux_syncfs(descriptor) == 0 else {
+            throw ContainerError("\(root): syncing to disk failed (\(String(cString: strerror(errno)))); the disk may be failing.")
+        }
     }
 
     /// Recreates any missing fixed directory of a container.

@@ -1,0 +1,21 @@
+import Foundation
+import XCTest
+
+/// The quick part of the power-loss harness (scripts/powerloss.sh runs all of it): a store on an
+/// ext4 image, the power cut right after chosen fsyncs and at random points of a concurrent
+/// workload, each also on the image's filesystem directly, which must agree with the model.
+final class PowerLossTests: XCTestCase {
+    func testWhatFsyncPromisedSurvivesAPowerCut() throws {
+        guard geteuid() == 0 else { throw XCTSkip("cutting the power of a loop-mounted image needs root") }
+        guard Shell.run("command -v mkfs.ext4 && losetup -f").status == 0 else {
+            throw XCTSkip("no mkfs.ext4 or no free loop device on this machine")
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/powerloss.py").path
+        let result = Shell.run("python3 \(Shell.quote(script)) --quick --binary \(Shell.quote(MountedStore.executable))", limit: 300)
+        print(result.output)
+        XCTAssertEqual(result.status, 0, result.output + result.error)
+        XCTAssertTrue(result.output.contains("lost 0, torn 0, unclean checks 0"), result.output)
+        XCTAssertTrue(result.output.contains("ext4 containerfs"), "the mount was cut too: \(result.output)")
+    }
+}

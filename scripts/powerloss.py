@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Power-loss harness: cuts the power under a ContainerFS mount and checks what fsync promised.
+
+A store lives on a loop-mounted image (ext4, XFS). A workload runs through a mount of it; the power
+is cut with FS_IOC_SHUTDOWN without flushing the log (what `xfs_io -x -c 'shutdown'` does), which
+loses whatever was not made durable, as a power cut would. The image is then mounted again and every
+file is checked against a model of what was synced: a file synced with some content must have it
+(or a later one that was written), and never anything that was never written (torn). Each workload
+also runs on the image's filesystem directly ("native"), so that the model is known to be right.
+
+Usage: powerloss.py [--quick] [--filesystems ext4,xfs] [--random-cuts N] [--seed S]
+"""
+import argparse
+import contextlib
+import fcntl
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+NOLOGFLUSH = 2
+APP = "org.powerloss.app"
+
+
+def run(*args, **kwargs):
+    return subprocess.run(args, check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+class Image:
+    """A loop-mounted filesystem image holding a store; mounted through ContainerFS or used natively."""
+
+    def __init__(self, root, filesystem, binary, native):
+        self.root, self.filesystem, self.binary, self.native = root, filesystem, binary, native
+        self.path = os.path.join(root, "image." + filesystem)
+        self.disk = os.path.join(root, "disk")
+        self.fuse = os.path.join(root, "fuse")
+        os.makedirs(self.disk, exist_ok=True)
+        os.makedirs(self.fuse, exist_ok=True)
+        self.daemon = None
+        self.device = None
+
+    def make(self):
+        with open(self.path, "wb") as image:
+            image.truncate(512 << 20)
+        mkfs = ["mkfs.ext4", "-q", "-F"] if self.filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]
+        run(*mkfs, self.path)
+        # One loop device for the image's life: an automatic one is released after the unmount, at
+        # a moment of the kernel's choosing, and the next mount would find it still there.
+        self.device = run("losetup", "--find", "--show", self.path).stdout.strip()
+        run("mount", self.device, self.disk)
+        if self.native:
+            os.makedirs(os.path.join(self.disk, "Documents"))
+            return
+        bundle = os.path.join(self.root, "bundle", "PowerLoss.app")
+        os.makedirs(bundle, exist_ok=True)
+        with open(os.path.join(bundle, "Info.plist"), "w") as plist:
+            plist.write("<plist/>\n")
+        run(self.binary, "install", os.path.join(self.disk, "store"), bundle, "--id", APP)
+
+    def start(self):
+        """Mounts the store (if not native); returns the directory the workload writes in."""
+        if self.native:
+            return os.path.join(self.disk, "Documents")
+        self.daemon = subprocess.Popen([self.binary, "mount", "-f", os.path.join(self.disk, "store"), self.fuse,
+                                        "--app", APP], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(200):
+            if mounted(self.fuse):
+                return os.path.join(self.fuse, "Documents")
+            if self.daemon.poll() is not None:
+                raise RuntimeError("the daemon did not mount: " + self.daemon.stderr.read().decode())
+            time.sleep(0.05)
+        raise RuntimeError("the mount did not appear")
+
+    def cut(self, model):
+        """Cuts the power: the image's filesystem stops, and loses what was not durable."""
+        model.cut_at = time.monotonic()
+        descriptor = os.open(self.disk, os.O_RDONLY)
+        try:
+            fcntl.ioctl(descriptor, FS_IOC_SHUTDOWN, struct.pack("I", NOLOGFLUSH))
+        finally:
+            os.close(descriptor)
+
+    def stop(self, keep_disk=False):
+        """Takes the mounts down whatever state they are in (the image's too, unless `keep_disk`)."""
+        if self.daemon is not None:
+            subprocess.run(["fusermount3", "-u", "-z", self.fuse], stderr=subprocess.DEVNULL)
+            try:
+                self.daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait()
+            self.daemon = None
+        if not keep_disk and mounted(self.disk):
+            # A filesystem just shut down may still be busy for a moment.
+            for _ in range(50):
+                if subprocess.run(["umount", self.disk], stderr=subprocess.PIPE).returncode == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                raise RuntimeError("cannot unmount the image: " + subprocess.run(
+                    ["umount", self.disk], stderr=subprocess.PIPE, text=True).stderr.strip())
+
+    def reopen(self):
+        """Mounts the image again after a cut: the directory where the workload's files now are."""
+        result = subprocess.run(["mount", self.device, self.disk], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            raise RuntimeError("the image does not mount after the cut: " + result.stdout.strip())
+        if self.native:
+            return os.path.join(self.disk, "Documents")
+        return os.path.join(self.disk, "store", "containers", APP, "Documents")
+
+    def serves(self, model):
+        """After a cut: the next mount serves every file as the disk has it, a clean unmount follows,
+        and `containerfs check` is clean then. Returns what went wrong, or ""."""
+        if self.native:
+            return ""
+        backing = os.path.join(self.disk, "store", "containers", APP, "Documents")
+        try:
+            served = self.start()
+            for name in model.synced:
+                on_disk, through_mount = (read(os.path.join(place, name)) for place in (backing, served))
+                if on_disk != through_mount:
+                    return "%s: the mount serves %r, the disk has %r" % (name, through_mount, on_disk)
+        finally:
+            self.stop(keep_disk=True)
+        result = subprocess.run([self.binary, "check", os.path.join(self.disk, "store")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return "" if result.returncode == 0 else "check: " + result.stdout.strip()
+
+    def remove(self):
+        self.stop()
+        if self.device:
+            subprocess.run(["losetup", "-d", self.device])
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class Model:
+    """What was written and what was synced, per name (None: the name must not exist)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.written = {}   # name -> every content written (None for a removal)
+        self.synced = {}    # name -> [(index in written[name], when its sync returned)]
+        self.cut_at = None  # when the cut began: a sync returning later raced with it
+        self.appended = set()  # names only ever appended to: shared live, so a disk's rules hold
+
+    def wrote(self, name, content):
+        with self.lock:
+            self.written.setdefault(name, []).append(content)
+
+    def sync(self, name):
+        with self.lock:
+            self.synced.setdefault(name, []).append((len(self.written[name]) - 1, time.monotonic()))
+
+    def check(self, directory):
+        """(checked, lost, torn) with the names of the bad ones."""
+        checked, lost, torn = 0, [], []
+        for name, syncs in self.synced.items():
+            promised = [index for index, when in syncs if self.cut_at is None or when < self.cut_at]
+            if not promised:
+                continue
+            index = promised[-1]
+            checked += 1
+            found = read(os.path.join(directory, name))
+            versions = self.written[name]
+            if name in self.appended and isinstance(found, bytes) and found.startswith(versions[index]) \
+                    and len(found) <= max(len(v) for v in versions[index:]):
+                # Appends not yet synced may be partly there, or zeros, as on a disk (ext4 shows the
+                # same): a file shared live keeps a disk's rules (docs/atomic-replace.md).
+                continue
+            if found not in versions:
+                torn.append((name, describe(found, versions)))
+            elif max(i for i, version in enumerate(versions) if version == found) < index:
+                lost.append((name, found[:40] if isinstance(found, bytes) else found))
+        return checked, lost, torn
+
+
+def describe(found, versions):
+    """A short account of content that is no version written: its length and where it departs."""
+    if not isinstance(found, bytes):
+        return found
+    closest = max((v for v in versions if isinstance(v, bytes)), key=lambda v: len(os.path.commonprefix([v, found])),
+                  default=b"")
+    common = len(os.path.commonprefix([closest, found]))
+    return "%d bytes, like a version of %d bytes for %d, then %r" % (len(found), len(closest), common,
+                                                                    found[common:common + 24])
+
+
+def mounted(path):
+    """Whether something is mounted on `path` (a filesystem shut down fails the stat ismount makes)."""
+    path = os.path.realpath(path)
+    with open("/proc/self/mounts") as mounts:
+        return any(line.split()[1] == path for line in mounts)
+
+
+def read(path):
+    """A file's content, "dir" for a directory, None when there is nothing."""
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return "dir"
+
+
+def fsync_path(path):
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def write_file(path, content, flags, sync=os.fsync):
+    descriptor = os.open(path, flags, 0o644)
+    try:
+        os.write(descriptor, content)
+        sync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def steps(directory, model):
+    """The workload of chosen cuts: each step changes something and syncs it; the cut comes right
+    after the step's sync returned. Yields each step's description."""
+    d = lambda name: os.path.join(directory, name)
+
+    model.wrote("new", b"new file v1")
+    write_file(d("new"), b"new file v1", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    fsync_path(directory)
+    model.sync("new")
+    yield "a new file, fsync, fsync of its directory"
+
+    model.wrote("new", b"rewrite v2")
+    write_file(d("new"), b"rewrite v2", os.O_WRONLY | os.O_TRUNC)
+    model.sync("new")
+    yield "an O_TRUNC rewrite, fsync"
+
+    model.wrote("new", b"rewrite v3 by fdatasync")
+    write_file(d("new"), b"rewrite v3 by fdatasync", os.O_WRONLY | os.O_TRUNC, sync=os.fdatasync)
+    model.sync("new")
+    yield "an O_TRUNC rewrite, fdatasync"
+
+    model.wrote("patched", b"0123456789")
+    write_file(d("patched"), b"0123456789", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fsync_path(directory)
+    model.sync("patched")
+    model.wrote("patched", b"ABC3456789")
+    write_file(d("patched"), b"ABC", os.O_WRONLY)
+    model.sync("patched")
+    yield "a write-only change without truncation, fsync"
+
+    model.wrote("db", b"page one")
+    write_file(d("db"), b"page one", os.O_RDWR | os.O_CREAT)
+    fsync_path(directory)
+    model.sync("db")
+    model.wrote("db", b"PAGE one")
+    write_file(d("db"), b"PAGE", os.O_RDWR)
+    model.sync("db")
+    yield "a read-write change in place, fsync"
+
+    model.wrote("log", b"line 1\n")
+    write_file(d("log"), b"line 1\n", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fsync_path(directory)
+    model.sync("log")
+    model.wrote("log", b"line 1\nline 2\n")
+    write_file(d("log"), b"line 2\n", os.O_WRONLY | os.O_APPEND, sync=os.fdatasync)
+    model.sync("log")
+    yield "an append, fdatasync"
+
+    model.wrote("saved", b"editor v1")
+    write_file(d("saved"), b"editor v1", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fsync_path(directory)
+    model.sync("saved")
+    write_file(d(".saved.swp"), b"editor v2", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    model.wrote("saved", b"editor v2")
+    os.rename(d(".saved.swp"), d("saved"))
+    fsync_path(directory)
+    model.sync("saved")
+    yield "an editor's save: temporary file, fsync, rename over, fsync of the directory"
+
+    os.mkdir(d("folder"))
+    model.wrote("folder", "dir")
+    fsync_path(directory)
+    model.sync("folder")
+    yield "mkdir, fsync of the directory"
+
+    os.link(d("log"), d("log.link"))
+    model.wrote("log.link", b"line 1\nline 2\n")
+    fsync_path(directory)
+    model.sync("log.link")
+    yield "link, fsync of the directory"
+
+    os.rename(d("patched"), d("folder/patched"))
+    model.wrote("patched", None)
+    model.wrote("folder/patched", b"ABC3456789")
+    fsync_path(directory)
+    fsync_path(d("folder"))
+    model.sync("patched")
+    model.sync("folder/patched")
+    yield "rename into a folder, fsync of both directories"
+
+    os.unlink(d("db"))
+    model.wrote("db", None)
+    fsync_path(directory)
+    model.sync("db")
+    yield "unlink, fsync of the directory"
+
+    # sync(2), as sync(1) without arguments does. (syncfs(2) of a FUSE mount reaches the daemon only
+    # for virtiofs: the kernel never sends FUSE_SYNCFS through /dev/fuse; docs/atomic-replace.md.)
+    model.wrote("synced-by-sync", b"sync")
+    write_file(d("synced-by-sync"), b"sync", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=lambda _: None)
+    os.sync()
+    model.sync("synced-by-sync")
+    yield "a new file, sync"
+
+
+def concurrent(directory, model, stop, seed):
+    """Writers of every kind at once, until `stop`; each records what it synced."""
+    def writer(number):
+        rng = random.Random(seed * 100 + number)
+        name = "c%d" % number
+        path = os.path.join(directory, name)
+        version = 0
+        while not stop.is_set():
+            version += 1
+            content = (b"%s v%d " % (name.encode(), version)) * rng.randint(1, 3000)
+            kind = number % 3
+            try:
+                if kind == 0:  # rewrites
+                    model.wrote(name, content)
+                    write_file(path, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    if version == 1:
+                        fsync_path(directory)
+                elif kind == 1:  # editor saves
+                    temporary = path + ".tmp"
+                    write_file(temporary, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    model.wrote(name, content)
+                    os.rename(temporary, path)
+                    fsync_path(directory)
+                else:  # appends
+                    model.appended.add(name)
+                    previous = model.written.get(name, [b""])[-1]
+                    model.wrote(name, previous + content[:64])
+                    write_file(path, content[:64], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+                    if version == 1:
+                        fsync_path(directory)
+                model.sync(name)
+            except OSError:
+                return  # the power went
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="ext4 only, three chosen cuts and two random ones")
+    parser.add_argument("--filesystems", default="ext4,xfs")
+    parser.add_argument("--random-cuts", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    parser.add_argument("--binary", default=None)
+    parser.add_argument("--native-only", action="store_true", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if os.geteuid() != 0:
+        print("powerloss: needs root (loop devices, mounts, FS_IOC_SHUTDOWN)")
+        return 2
+    binary = arguments.binary or os.path.join(os.path.dirname(__file__), "..", ".build", "debug", "containerfs")
+    filesystems = ["ext4"] if arguments.quick else arguments.filesystems.split(",")
+    random_cuts = 2 if arguments.quick else arguments.random_cuts
+    print("powerloss: seed %d" % arguments.seed)
+    chosen = [1, 2, 7] if arguments.quick else None
+    totals = {"cuts": 0, "checked": 0, "lost": 0, "torn": 0, "unclean": 0}
+    failed = False
+    root = tempfile.mkdtemp(prefix="containerfs-powerloss-")
+    try:
+        for filesystem in filesystems:
+            if shutil.which("mkfs." + filesystem) is None:
+                print("powerloss: skipping %s: mkfs.%s is missing (scripts/powerloss.sh installs it)" % (filesystem, filesystem))
+                continue
+            for native in ((True,) if arguments.native_only else (True, False)):
+                label = "%s %s" % (filesystem, "native" if native else "containerfs")
+                step_count = len(list(steps(tempfile.mkdtemp(dir=root), Model())))
+                for point in chosen or range(1, step_count + 1):
+                    def chosen_cut(image, model, directory, point=point):
+                        done = ""
+                        for number, description in enumerate(steps(directory, model), start=1):
+                            done = description
+                            if number == point:
+                                break
+                        image.cut(model)
+                        return "after: " + done
+                    failed |= one_cut(root, filesystem, binary, native, label, totals, chosen_cut)
+                rng = random.Random(arguments.seed + hash(filesystem) % 1000)
+                for cut in range(random_cuts):
+                    def random_cut(image, model, directory, cut=cut):
+                        stop = threading.Event()
+                        threads = concurrent(directory, model, stop, arguments.seed + cut)
+                        delay = rng.uniform(0.2, 1.5)
+                        time.sleep(delay)
+                        image.cut(model)
+                        stop.set()
+                        for thread in threads:
+                            thread.join()
+                        return "random cut %d at %.2f s" % (cut + 1, delay)
+                    failed |= one_cut(root, filesystem, binary, native, label, totals, random_cut)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("powerloss: cuts %(cuts)d, files checked %(checked)d, lost %(lost)d, torn %(torn)d, "
+          "unclean checks %(unclean)d" % totals)
+    return 1 if failed else 0
+
+
+def one_cut(root, filesystem, binary, native, label, totals, workload):
+    """Makes an image, runs `workload` on it until it cuts the power, and checks what is left."""
+    image = Image(root, filesystem, binary, native)
+    try:
+        image.make()
+        model = Model()
+        what = workload(image, model, image.start())
+        image.stop()
+        checked, lost, torn = model.check(image.reopen())
+        if native and not os.environ.get("POWERLOSS_NATIVE_TORN"):
+            # POSIX lets a native file show garbage where writes were not synced (a rewrite that
+            # was truncated, then cut off): only the synced state counts there.
+            torn = []
+        unclean = image.serves(model)
+        return report(totals, label, what, checked, lost, torn, unclean)
+    finally:
+        image.remove()
+
+
+def report(totals, label, what, checked, lost, torn, unclean):
+    totals["cuts"] += 1
+    totals["checked"] += checked
+    totals["lost"] += len(lost)
+    totals["torn"] += len(torn)
+    totals["unclean"] += 1 if unclean else 0
+    bad = lost or torn or unclean
+    print("%-22s %-80s checked %3d lost %d torn %d%s" % (label, what, checked, len(lost), len(torn),
+                                                          "" if not bad else "  FAILED %s %s %s" % (lost, torn, unclean)))
+    return bool(bad)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
