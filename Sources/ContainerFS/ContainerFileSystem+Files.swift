@@ -163,18 +163,27 @@ extension ContainerFileSystem {
                     descriptor = openat(parentNode.descriptor, pointer, (flags & ~O_ACCMODE) | O_RDWR | O_EXCL, mode)
                 }
                 let made = descriptor >= 0
-                if !made, errno == EEXIST, flags & O_EXCL == 0 {
-                    // Made by someone else first: an open of a published file, which O_TRUNC must not empty in place.
+                var error: Int32 = made ? 0 : errno
+                if !made, error == EEXIST, flags & O_EXCL == 0 {
+                    // Made by someone else first: an open of a published file, which O_TRUNC must not
+                    // empty in place. The kernel checks no permission for what it asked to create.
                     descriptor = openat(parentNode.descriptor, pointer, flags & ~O_TRUNC, mode)
+                    error = descriptor < 0 ? errno : Permissions.check(opening: flags, descriptor, by: caller)
+                } else if made {
+                    error = self.adoptOwnership(of: descriptor, in: parentNode, by: caller)
+                    if error != 0, unlinkat(parentNode.descriptor, pointer, 0) != 0 { error = errno }
                 }
-                guard descriptor >= 0 else {
-                    let error = errno
+                guard error == 0 else {
+                    if descriptor >= 0 { close(descriptor) }
+                    self.shadows.dropSpareLink(spareName)
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
-                if made { self.adoptOwnership(of: name, in: parentNode, by: caller) }
+                // The entry is the item just opened and checked, whatever holds the name now.
+                let opened = Backing.attributes(of: descriptor)
+                let key = BackingKey(opened.0)
                 var entry = fuse_entry_param()
-                let error = self.lookupEntry(parent: parentNode, name: name, entry: &entry)
+                error = opened.1 != 0 ? opened.1 : self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key)
                 guard error == 0 else {
                     close(descriptor)
                     self.shadows.dropSpareLink(spareName)
@@ -213,7 +222,7 @@ extension ContainerFileSystem {
                     if sessionError == ESTALE, node.isDetached {
                         // Left to its cached readers: the name gets a node for this writer.
                         self.forget(entry.ino, count: 1)
-                        sessionError = self.lookupEntry(parent: parentNode, name: name, entry: &entry)
+                        sessionError = self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key)
                         guard sessionError == 0 else { return request.reply(error: sessionError) }
                         writtenNode = self.nodes.node(entry.ino)
                         sessionError = self.joinSession(of: writtenNode, truncating: truncating, access: nil)

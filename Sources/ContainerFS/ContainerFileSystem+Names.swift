@@ -12,42 +12,63 @@ extension ContainerFileSystem {
         return error != 0 ? error : Policy.create(in: parent.zone)
     }
 
-    /// Makes a name with `make` inside a coordinated creation, gives it to the caller and answers
-    /// with its entry.
-    private func makeItem(_ request: FuseRequest, parent: InodeNumber, name: FileName, isDirectory: Bool = false,
+    /// Makes a name with `make` inside a coordinated creation, gives the new item of type `type` to
+    /// the caller (not a hard link's existing one: `type` nil) and answers with its entry.
+    private func makeItem(_ request: FuseRequest, parent: InodeNumber, name: FileName, type: mode_t?,
                           _ make: @escaping (Node, UnsafePointer<CChar>) -> Int32) {
         let parentNode = nodes.node(parent)
         let denied = creationError(in: parentNode, name: name)
         guard denied == 0 else { return request.reply(error: denied) }
         let owned = OwnedName(name)
         let caller = request.caller
-        coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: isDirectory,
+        coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: type == S_IFDIR,
                              caller: caller) { access in
             owned.withPointer { pointer in
                 let name = FileName(pointer)
-                let error = Backing.check(make(parentNode, pointer))
+                var error = Backing.check(make(parentNode, pointer))
+                if error == 0, let type { error = self.adoptMadeItem(pointer, of: type, in: parentNode, by: caller) }
                 access.end(tookEffect: error == 0)
                 guard error == 0 else { return request.reply(error: error) }
-                self.adoptOwnership(of: name, in: parentNode, by: caller)
                 self.replyEntry(request, parent: parentNode, name: name)
             }
         }
+    }
+
+    /// Gives the item just made as `name` to the caller, if it is still the one the daemon made: of
+    /// `type`, the daemon's, empty and linked once (a name someone else replaced meanwhile is left
+    /// alone). An item that cannot be given is removed again, and the creation fails.
+    private func adoptMadeItem(_ name: UnsafePointer<CChar>, of type: mode_t, in parent: Node, by caller: Caller) -> Int32 {
+        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return 0 }
+        let descriptor = Backing.openPath(name, in: parent.descriptor)
+        guard descriptor >= 0 else { return errno }
+        defer { close(descriptor) }
+        let (attributes, error) = Backing.attributes(of: descriptor)
+        guard error == 0 else { return error }
+        // (A new directory has two links, or one on filesystems such as btrfs.)
+        guard attributes.st_mode & S_IFMT == type, attributes.st_uid == geteuid(),
+              type == S_IFDIR ? attributes.st_nlink <= 2 : attributes.st_nlink == 1,
+              type == S_IFDIR || type == S_IFLNK || attributes.st_size == 0 else { return EEXIST }
+        let adopted = adoptOwnership(of: descriptor, in: parent, by: caller)
+        if adopted != 0, unlinkat(parent.descriptor, name, type == S_IFDIR ? AT_REMOVEDIR : 0) != 0 {
+            return errno
+        }
+        return adopted
     }
 
     public func mknod(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, device: dev_t) {
         // Device nodes have no place in an app container.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { return request.reply(error: EPERM) }
-        makeItem(request, parent: parent, name: name) { mknodat($0.descriptor, $1, mode, 0) }
+        makeItem(request, parent: parent, name: name, type: type) { mknodat($0.descriptor, $1, mode, 0) }
     }
 
     public func mkdir(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t) {
-        makeItem(request, parent: parent, name: name, isDirectory: true) { mkdirat($0.descriptor, $1, mode) }
+        makeItem(request, parent: parent, name: name, type: S_IFDIR) { mkdirat($0.descriptor, $1, mode) }
     }
 
     public func symlink(_ request: FuseRequest, target: UnsafePointer<CChar>, parent: InodeNumber, name: FileName) {
         let ownedTarget = OwnedName(FileName(target))
-        makeItem(request, parent: parent, name: name) { parent, name in
+        makeItem(request, parent: parent, name: name, type: S_IFLNK) { parent, name in
             ownedTarget.withPointer { symlinkat($0, parent.descriptor, name) }
         }
     }
@@ -57,7 +78,8 @@ extension ContainerFileSystem {
         let denied = Policy.link(node.zone, into: nodes.node(newParent).zone)
         guard denied == 0 else { return request.reply(error: denied) }
         endFreshSession(of: node)
-        makeItem(request, parent: newParent, name: newName) { parent, name in
+        // A new name for an item that exists: its owner stays.
+        makeItem(request, parent: newParent, name: newName, type: nil) { parent, name in
             node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
         }
     }

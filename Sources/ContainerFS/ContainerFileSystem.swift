@@ -89,9 +89,12 @@ public final class ContainerFileSystem: LowLevelFileSystem {
     }
 
     /// Looks `name` up in `parent`, counting a kernel reference to it on success.
-    func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param) -> Int32 {
+    /// With `expected`, the name must still be that item (ESTALE if someone took it meanwhile; the
+    /// kernel then looks it up again).
+    func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param, expected: BackingKey? = nil) -> Int32 {
         var attributes = stat()
         guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
+        if let expected, BackingKey(attributes) != expected { return ESTALE }
         var descriptor: Int32 = -1
         if attributes.st_mode & S_IFMT == S_IFDIR {
             // A directory's node holds a descriptor: its attributes are those of what it holds.
@@ -122,15 +125,16 @@ public final class ContainerFileSystem: LowLevelFileSystem {
         error == 0 ? request.reply(entry: &entry) : request.reply(error: error)
     }
 
-    /// Gives a new item to the caller, as a local disk would, when the daemon runs as root.
-    func adoptOwnership(of name: FileName, in parent: Node, by caller: Caller) {
-        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return }
+    /// Gives the item the daemon just made, open on `descriptor` (an `O_PATH` one will do), to the
+    /// caller, as a local disk would, when the daemon runs as root. The very inode made is changed,
+    /// never a name, which someone else may have taken meanwhile. Returns 0 or the errno.
+    func adoptOwnership(of descriptor: Int32, in parent: Node, by caller: Caller) -> Int32 {
+        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return 0 }
         // In a set-group-ID directory the new item keeps the directory's group.
         var parentAttributes = stat()
-        let inheritsGroup = fstatat(parent.descriptor, "", &parentAttributes, AT_EMPTY_PATH) == 0
-            && parentAttributes.st_mode & S_ISGID != 0
-        _ = fchownat(parent.descriptor, name.pointer, caller.uid, inheritsGroup ? gid_t.max : caller.gid,
-                     AT_SYMLINK_NOFOLLOW)
+        guard fstatat(parent.descriptor, "", &parentAttributes, AT_EMPTY_PATH) == 0 else { return errno }
+        let group = parentAttributes.st_mode & S_ISGID != 0 ? gid_t.max : caller.gid
+        return Backing.check(fchownat(descriptor, "", caller.uid, group, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
     }
 
     public func lookup(_ request: FuseRequest, parent: InodeNumber, name: FileName) {

@@ -5,16 +5,25 @@ import Glibc
 // What the control server asks of the filesystem: who may present or coordinate an item, and
 // which write sessions run.
 extension ContainerFileSystem {
-    /// Whether a client's user may read (or write) the item at `path`, judged by the mode bits of
-    /// the item, or of its nearest existing directory for an item not made yet, and by policy.
+    /// Whether a client's user may read (or write) the item at `path`, as through the mount: every
+    /// directory on the way searchable, then the mode bits of the item, or of its nearest existing
+    /// directory for an item not made yet, and policy.
     public func mayAccess(_ peer: PeerCredentials, _ path: ItemPath, write: Bool) -> Bool {
         var directory = nodes.root.descriptor
         var opened: [Int32] = []
         defer { opened.forEach { close($0) } }
         var zone = nodes.root.zone
         var attributes = stat()
+        var groups: [gid_t]?
+        let permits = { (attributes: stat, mask: Int32) in
+            Permissions.permits(attributes, uid: peer.userID, gid: peer.groupID, groups: {
+                if groups == nil { groups = Permissions.supplementaryGroups(of: peer.processID) }
+                return groups ?? []
+            }, mask: mask)
+        }
         guard fstatat(directory, "", &attributes, AT_EMPTY_PATH) == 0 else { return false }
         for component in path.components {
+            guard permits(attributes, X_OK) else { return false }
             let next = Backing.withCName(component.bytes) { openat(directory, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
             guard next >= 0 else { break }
             opened.append(next)
@@ -23,15 +32,7 @@ extension ContainerFileSystem {
             guard fstatat(next, "", &attributes, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 else { return false }
         }
         if write, Policy.write(zone) != 0, Policy.create(in: zone) != 0 { return false }
-        return Self.permits(attributes, uid: peer.userID, gid: peer.groupID, write: write)
-    }
-
-    /// The classic owner, group, other check; root may do anything.
-    static func permits(_ attributes: stat, uid: uid_t, gid: gid_t, write: Bool) -> Bool {
-        if uid == 0 { return true }
-        let wanted: mode_t = write ? 0o2 : 0o4
-        let shift: mode_t = attributes.st_uid == uid ? 6 : attributes.st_gid == gid ? 3 : 0
-        return (attributes.st_mode >> shift) & wanted != 0
+        return permits(attributes, write ? W_OK : R_OK)
     }
 
     /// The write sessions running now, for `containerfs status`.

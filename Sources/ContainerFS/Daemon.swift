@@ -69,7 +69,10 @@ public enum Daemon {
             writeSessions: { served.fileSystem?.writeSessionStatuses() ?? [] },
             log: { message in logger.info("\(message)") }
         ) { transport in
-            CoordinationEngine(transport: transport, replyTimeout: configuration.presenterTimeout) { presenter, message in
+            // Container roots are named by app IDs, which have extensions; they are never packages.
+            CoordinationEngine(transport: transport,
+                               packageRule: PackageRule.anyExtension.fixing(depth: configuration.app == nil ? 1 : 0),
+                               replyTimeout: configuration.presenterTimeout) { presenter, message in
                 logger.warning("presenter did not answer in time; marked unresponsive", metadata: [
                     "presenter": "\(presenter)", "message": "\(message.name)"])
             }

@@ -11,7 +11,7 @@ public enum Policy {
     /// Creating a file, directory, symlink or device node, or a hard link, inside `parent`.
     public static func create(in parent: Zone) -> Int32 {
         switch parent {
-        case .documents, .library, .data, .caches, .cachesItem, .tmp, .tmpItem: return 0
+        case .documents, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return 0
         case .bundle: return EROFS
         case .mountRoot, .containerRoot, .inbox, .inboxItem, .stray: return EACCES
         }
@@ -20,18 +20,18 @@ public enum Policy {
     /// Unlinking or removing `item` (whose zone follows from its parent's and its name).
     public static func remove(_ item: Zone) -> Int32 {
         switch item {
-        case .inboxItem, .data, .caches, .cachesItem, .tmpItem: return 0
+        case .inboxItem, .data, .cachesItem, .tmpItem: return 0
         case .bundle: return EROFS
-        case .mountRoot, .containerRoot, .documents, .inbox, .library, .tmp, .stray: return EACCES
+        case .mountRoot, .containerRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp, .stray: return EACCES
         }
     }
 
     /// Opening `item` for writing, truncating it, or allocating space in it.
     public static func write(_ item: Zone) -> Int32 {
         switch item {
-        case .data, .caches, .cachesItem, .tmpItem: return 0
+        case .data, .cachesItem, .tmpItem: return 0
         case .bundle: return EROFS
-        case .mountRoot, .containerRoot, .documents, .inbox, .inboxItem, .library, .tmp, .stray:
+        case .mountRoot, .containerRoot, .documents, .inbox, .inboxItem, .library, .libraryDirectory, .caches, .tmp, .stray:
             return EACCES
         }
     }
@@ -91,7 +91,7 @@ public enum Policy {
         case .bundle, .mountRoot, .containerRoot, .stray: return noWrite
         // Inbox directories keep their write bits: deleting from them is allowed.
         case .inboxItem: return isDirectory ? mode : noWrite
-        case .documents, .inbox, .library, .data, .caches, .cachesItem, .tmp, .tmpItem: return mode
+        case .documents, .inbox, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return mode
         }
     }
 }

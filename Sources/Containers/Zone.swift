@@ -21,6 +21,8 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     case data
     /// `Library/Caches` itself: may be purged; written in place.
     case caches
+    /// `Library/Application Support` and `Library/Preferences` themselves: fixed, like `Library/`.
+    case libraryDirectory
     /// Anything below `Library/Caches`.
     case cachesItem
     /// `tmp/` itself.
@@ -45,7 +47,11 @@ public enum Zone: UInt8, Sendable, CaseIterable {
         case .bundle: return .bundle
         case .documents: return name.elementsEqual("Inbox".utf8) ? .inbox : .data
         case .inbox, .inboxItem: return .inboxItem
-        case .library: return name.elementsEqual("Caches".utf8) ? .caches : .data
+        case .library:
+            if name.elementsEqual("Caches".utf8) { return .caches }
+            if name.elementsEqual("Application Support".utf8) || name.elementsEqual("Preferences".utf8) { return .libraryDirectory }
+            return .data
+        case .libraryDirectory: return .data
         case .data: return .data
         case .caches, .cachesItem: return .cachesItem
         case .tmp, .tmpItem: return .tmpItem
@@ -62,7 +68,7 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     public var isInheritedByChildren: Bool {
         switch self {
         case .bundle, .inboxItem, .data, .cachesItem, .tmpItem, .stray: return true
-        case .mountRoot, .containerRoot, .documents, .inbox, .library, .caches, .tmp: return false
+        case .mountRoot, .containerRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp: return false
         }
     }
 
@@ -70,7 +76,7 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     var renameDomain: RenameDomain {
         switch self {
         case .tmp, .tmpItem: return .temporary
-        case .documents, .inbox, .inboxItem, .library, .data, .caches, .cachesItem: return .data
+        case .documents, .inbox, .inboxItem, .library, .libraryDirectory, .data, .caches, .cachesItem: return .data
         case .mountRoot, .containerRoot, .bundle, .stray: return .fixed
         }
     }

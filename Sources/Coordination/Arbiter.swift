@@ -51,11 +51,10 @@ public final class Arbiter: Sendable {
     private let state = Locked(State())
 
     /// - Parameters:
-    ///   - isPackage: whether a directory with this name is a file package (locked as a whole).
+    ///   - packageRule: which directories are file packages (locked as a whole).
     ///   - scheduler: runs the waiting timeouts and the completions of requests that had to wait.
-    public init(isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName,
-                scheduler: any Scheduler = DispatchScheduler()) {
-        self.packageRule = PackageRule(isPackageName: isPackage)
+    public init(packageRule: PackageRule = .anyExtension, scheduler: any Scheduler = DispatchScheduler()) {
+        self.packageRule = packageRule
         self.scheduler = scheduler
     }
 

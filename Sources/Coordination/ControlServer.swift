@@ -222,16 +222,19 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     }
 
     /// The status as one peer may see it: root and the daemon's own user see everything; others
-    /// see only presenters, accesses, messages and write sessions of items they may read.
+    /// see only their own clients, presenters, accesses and messages, and the write sessions of
+    /// items they may read.
     public func status(for peer: PeerCredentials) -> CoordinationStatus {
         var status = status()
         guard peer.userID != 0, peer.userID != getuid() else { return status }
-        let visible: (ItemPath) -> Bool = { self.mayAccess(peer, $0, false) }
-        status.presenters = status.presenters.filter { visible($0.path) }
-        status.accesses = status.accesses.filter { visible($0.path) }
-        let shown = Set(status.presenters.map(\.key))
-        status.pendingMessages = status.pendingMessages.filter { shown.contains($0.presenter) }
-        status.writeSessions = status.writeSessions?.filter { visible($0.path) }
+        let own = Set(state.withLock { state in
+            state.connections.values.filter { $0.credentials.userID == peer.userID }.map(\.owner)
+        })
+        status.clients = status.clients?.filter { own.contains($0.owner) }
+        status.presenters = status.presenters.filter { own.contains($0.owner) }
+        status.accesses = status.accesses.filter { own.contains($0.owner) }
+        status.pendingMessages = status.pendingMessages.filter { own.contains($0.presenter.owner) }
+        status.writeSessions = status.writeSessions?.filter { mayAccess(peer, $0.path, false) }
         return status
     }
 
@@ -239,6 +242,15 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
 
     public func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
         guard let connection = state.withLock({ $0.connections[presenter.owner] }) else { return }
+        // A name is told only to a client that could list the directory it is in; a message that
+        // would tell another is withheld, and answered for the client if it holds anything up.
+        let listable = { (path: ItemPath) in path.parent.map { self.mayAccess(connection.credentials, $0, false) } ?? true }
+        guard message.revealedPaths.allSatisfy(listable) else {
+            if message.expectsReply {
+                DispatchQueue.global().async { self.engine.messenger.receiveReply(id, from: presenter.owner, error: nil) }
+            }
+            return
+        }
         connection.enqueue(.presenterMessage(.init(messageID: id, presenter: presenter.purpose, message: message)))
     }
 

@@ -39,11 +39,11 @@ public final class CoordinationEngine: Sendable {
 
     /// The usual set-up: one package rule shared by the arbiter and the registry, Dispatch timers.
     public convenience init(transport: any PresenterTransport,
-                            isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName,
+                            packageRule: PackageRule = .anyExtension,
                             replyTimeout: Duration = .seconds(2),
                             onUnresponsive: @escaping @Sendable (PresenterKey, PresenterMessage) -> Void = { _, _ in }) {
-        let registry = PresenterRegistry(isPackage: isPackage)
-        self.init(arbiter: Arbiter(isPackage: isPackage), registry: registry,
+        let registry = PresenterRegistry(packageRule: packageRule)
+        self.init(arbiter: Arbiter(packageRule: packageRule), registry: registry,
                   messenger: Messenger(registry: registry, transport: transport, replyTimeout: replyTimeout,
                                        onUnresponsive: onUnresponsive))
     }

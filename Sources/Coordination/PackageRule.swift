@@ -4,9 +4,19 @@
 public struct PackageRule: Sendable {
     /// Decides from a directory's name alone whether it is a package.
     public let isPackageName: @Sendable (PathComponent) -> Bool
+    /// How many leading components are never packages, whatever their names: a whole-store mount's
+    /// first component is a container root named by its app ID (`org.example.notes`), and one
+    /// coordinated access must not lock a whole container (docs/coordination.md).
+    public let fixedDepth: Int
 
-    public init(isPackageName: @escaping @Sendable (PathComponent) -> Bool) {
+    public init(fixedDepth: Int = 0, isPackageName: @escaping @Sendable (PathComponent) -> Bool) {
+        self.fixedDepth = fixedDepth
         self.isPackageName = isPackageName
+    }
+
+    /// The same rule, with the first `depth` components never packages.
+    public func fixing(depth: Int) -> PackageRule {
+        PackageRule(fixedDepth: depth, isPackageName: isPackageName)
     }
 
     /// Any directory whose name has a non-empty extension after a dot (`Notes.app`, `x.pages`,
@@ -21,8 +31,7 @@ public struct PackageRule: Sendable {
     public func enclosingPackage(of path: ItemPath, isDirectory: Bool) -> ItemPath? {
         // Every ancestor of an item is a directory; the item itself only if the caller says so.
         let candidates = isDirectory ? path.components.count : path.components.count - 1
-        guard candidates > 0 else { return nil }
-        for index in 0..<candidates where isPackageName(path.components[index]) {
+        for index in fixedDepth..<max(candidates, fixedDepth) where isPackageName(path.components[index]) {
             return ItemPath(components: Array(path.components[...index]))
         }
         return nil
@@ -30,6 +39,8 @@ public struct PackageRule: Sendable {
 
     /// The packages strictly above `path`, nearest first.
     public func packagesAbove(_ path: ItemPath) -> [ItemPath] {
-        path.ancestors.filter { ancestor in ancestor.lastComponent.map(isPackageName) ?? false }
+        path.ancestors.filter { ancestor in
+            ancestor.components.count > fixedDepth && ancestor.lastComponent.map(isPackageName) ?? false
+        }
     }
 }

@@ -27,6 +27,20 @@ public enum PresenterMessage: Hashable, Sendable {
         }
     }
 
+    /// The paths the message tells its presenter of, besides the presenter's own item.
+    public var revealedPaths: [ItemPath] {
+        switch self {
+        case .accommodatePresentedSubitemDeletion(let path), .presentedSubitemDidChange(let path),
+             .presentedSubitemDidAppear(let path), .presentedItemDidMove(let path):
+            return [path]
+        case .presentedSubitemDidMove(let from, let to):
+            return [from, to]
+        case .relinquishPresentedItemToReader, .relinquishPresentedItemToWriter, .savePresentedItemChanges,
+             .accommodatePresentedItemDeletion, .presentedItemDidChange, .reacquirePresentedItem:
+            return []
+        }
+    }
+
     public var name: String {
         switch self {
         case .relinquishPresentedItemToReader: return "relinquishPresentedItemToReader"

@@ -42,8 +42,8 @@ public final class PresenterRegistry: Sendable {
     public let packageRule: PackageRule
     private let presenters = Locked<[PresenterKey: PresenterRecord]>([:])
 
-    public init(isPackage: @escaping @Sendable (PathComponent) -> Bool = PackageRule.anyExtension.isPackageName) {
-        self.packageRule = PackageRule(isPackageName: isPackage)
+    public init(packageRule: PackageRule = .anyExtension) {
+        self.packageRule = packageRule
     }
 
     /// Registers (or moves) a presenter. Registering again under the same key replaces the path.

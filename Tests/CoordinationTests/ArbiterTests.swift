@@ -170,7 +170,7 @@ final class ArbiterTests: XCTestCase {
     }
 
     func testCustomPackagePredicate() {
-        arbiter = Arbiter(isPackage: { $0.pathExtension == Array("pages".utf8) }, scheduler: scheduler)
+        arbiter = Arbiter(packageRule: PackageRule { $0.pathExtension == Array("pages".utf8) }, scheduler: scheduler)
         let inPages = ask(.write(path("D/a.pages/x")))
         XCTAssertTrue(ask(.read(path("D/a.pages/y")), owner: bob).outcome.isPending)
         let inApp = ask(.write(path("D/b.app/x")), owner: carol)

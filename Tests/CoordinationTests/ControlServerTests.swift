@@ -201,6 +201,26 @@ final class ControlServerTests: XCTestCase {
         XCTAssertEqual(error.code, .unknownPresenter)
     }
 
+    func testNamesAreToldOnlyToClientsThatMayListTheirDirectory() throws {
+        try startServer(mayAccess: { _, item, _ in item.components.first?.string != "private" })
+        let client = try connect()
+        try client.send(.addPresenter(.init(presenter: PurposeID("all"), path: path(""))))
+        eventually("presenter registered") { server.engine.registry.all().count == 1 }
+
+        // Withheld, and answered for the client, so the deletion goes on at once.
+        let hidden = begin(.delete(path("private/diary")))
+        eventually("the deletion is not held up") { self.session(hidden) != nil }
+        try XCTUnwrap(self.session(hidden)).end(tookEffect: true)
+
+        let shown = begin(.delete(path("shared/list")))
+        guard case .presenterMessage(let asked)? = try client.receive() else { return XCTFail("no message") }
+        XCTAssertEqual(asked.message, .accommodatePresentedSubitemDeletion(at: path("shared/list")),
+                       "the first message heard is about the listable item")
+        try client.send(.presenterReply(.init(messageID: asked.messageID)))
+        eventually("granted once answered") { self.session(shown) != nil }
+        try XCTUnwrap(self.session(shown)).end(tookEffect: true)
+    }
+
     func testAClientsOwnOperationsAreNotToldToItsPresenters() throws {
         try startServer()
         let client = try connect()
@@ -431,7 +451,7 @@ final class ControlServerTests: XCTestCase {
         eventually("no owner") { server.ownerOf(pid: getpid()) == nil }
     }
 
-    func testOtherUsersSeeOnlyWhatTheyMayReadInTheStatus() throws {
+    func testOtherUsersSeeOnlyTheirOwnClientsAndTheSessionsOfWhatTheyMayReadInTheStatus() throws {
         let stranger = PeerCredentials(processID: 4242, userID: 12_345, groupID: 12_345)
         try startServer(mayAccess: { peer, item, _ in
             peer.userID != stranger.userID || item.components.first?.string != "private"
@@ -441,7 +461,7 @@ final class ControlServerTests: XCTestCase {
         server.engine.arbiter.request([.write(path("private/diary"))], owner: .ordinaryPrograms,
                                       purpose: PurposeID("fuse-1")) { _ in }
         let strangers = server.status(for: stranger)
-        XCTAssertEqual(strangers.presenters.map(\.path), [path("shared/list")])
+        XCTAssertTrue(strangers.presenters.isEmpty, "not even of items they may read")
         XCTAssertTrue(strangers.accesses.isEmpty)
         XCTAssertEqual(strangers.writeSessions, [WriteSessionStatus(path: path("Documents/a.txt"))])
         let roots = server.status(for: PeerCredentials(processID: 1, userID: 0, groupID: 0))

@@ -118,7 +118,7 @@ final class CoordinationEngineTests: XCTestCase {
 final class CoordinationEngineSetupTests: XCTestCase {
     func testConvenienceInitSharesOnePackageRule() {
         let engine = CoordinationEngine(transport: RecordingTransport(),
-                                        isPackage: { $0.pathExtension == Array("pages".utf8) })
+                                        packageRule: PackageRule { $0.pathExtension == Array("pages".utf8) })
         engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("p")), path: path("D/x.app"))
         engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("q")), path: path("D/y.pages"))
         XCTAssertEqual(engine.registry.presentersOfEnclosingPackages(of: path("D/x.app/f")), [])

@@ -66,4 +66,17 @@ final class ItemPathTests: XCTestCase {
         XCTAssertEqual(rule.packagesAbove(path("A.app/Frameworks/B.framework/x")),
                        [path("A.app/Frameworks/B.framework"), path("A.app")])
     }
+
+    func testContainerRootsOfAWholeStoreMountAreNeverPackages() {
+        let rule = PackageRule.anyExtension.fixing(depth: 1)
+        XCTAssertNil(rule.enclosingPackage(of: path("org.test.app/Documents/x.txt"), isDirectory: false),
+                     "an app ID's extension does not make its container a package")
+        XCTAssertNil(rule.enclosingPackage(of: path("org.test.app"), isDirectory: true))
+        XCTAssertEqual(rule.enclosingPackage(of: path("org.test.app/Documents/Doc.pages/x"), isDirectory: false),
+                       path("org.test.app/Documents/Doc.pages"))
+        XCTAssertEqual(rule.packagesAbove(path("org.test.app/Documents/Doc.pages/x")),
+                       [path("org.test.app/Documents/Doc.pages")])
+        XCTAssertEqual(PackageRule.anyExtension.enclosingPackage(of: path("org.test.app/x"), isDirectory: false),
+                       path("org.test.app"), "without the fixed depth the name alone decides")
+    }
 }

@@ -1,0 +1,191 @@
+import Foundation
+import XCTest
+
+/// A second, unprivileged user on a store mounted by root with allow_other (default_permissions is
+/// always on): nothing the daemon does as root on the user's behalf gives them more than a local
+/// disk would.
+final class MultiUserTests: MountedTestCase {
+    private let asUser = "setpriv --reuid=4242 --regid=4242 --clear-groups"
+
+    override func setUpWithError() throws {
+        try XCTSkipIf(geteuid() != 0, "needs root to act as another user")
+        mounted = try MountedStore(extraArguments: ["-o", "allow_other"]) { store in
+            chmod(store.containerPath(.init("com.example.notes")!) + "/Documents", 0o1777)
+        }
+    }
+
+    func testAHardLinkLeavesTheLinkedFileItsOwner() {
+        // As on a disk (with protected_hardlinks off, as here for root's files the user can write).
+        sh("echo secret > Documents/victim && chmod 666 Documents/victim")
+        let linked = Shell.run("\(asUser) ln Documents/victim Documents/mine", in: home)
+        let plain = mounted.root.appendingPathComponent("plain").path
+        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
+        chmod(plain, 0o1777)
+        let native = Shell.run("echo secret > victim && chmod 666 victim && \(asUser) ln victim mine", in: plain)
+        XCTAssertEqual(linked.status, native.status, "linking as on a disk: \(linked.error) / \(native.error)")
+        XCTAssertEqual(sh("stat -c %u:%g Documents/victim"), "0:0\n", "the existing file keeps its owner")
+        if linked.status == 0 {
+            XCTAssertEqual(Shell.run("\(asUser) chmod 600 Documents/mine", in: home).status, 1, "not the user's to chmod")
+        }
+    }
+
+    func testItemsAUserMakesAreTheirsAndOnlyThose() {
+        let made = Shell.run("""
+        \(asUser) bash -c 'mkdir Documents/d && ln -s target Documents/l && mkfifo Documents/p && touch Documents/f &&
+        stat -c %u:%g Documents/d Documents/p Documents/f && stat -c %u:%g -L Documents/d && stat -c %u Documents/l'
+        """, in: home)
+        XCTAssertEqual(made.output, "4242:4242\n4242:4242\n4242:4242\n4242:4242\n4242\n", made.error)
+    }
+
+    func testCreatingANameThatAppearsMeanwhileChecksThePermissionsOfWhatIsThere() throws {
+        // Another writer of the store (here, root in the store itself) makes and removes a root-owned
+        // 0644 file, again and again, while the user opens the name with O_CREAT and without O_EXCL.
+        let target = mounted.backing() + "/Documents/racing"
+        let churn = Process()
+        churn.executableURL = URL(fileURLWithPath: "/bin/bash")
+        churn.arguments = ["-c", "end=$((SECONDS + 4)); while [ $SECONDS -lt $end ]; do echo root > \(Shell.quote(target)); rm -f \(Shell.quote(target)); done"]
+        try churn.run()
+        defer { churn.terminate(); churn.waitUntilExit() }
+        let result = Shell.run("""
+        \(asUser) /usr/bin/python3 -c '
+        import os, time, errno
+        end = time.time() + 3
+        writable_foreign = 0
+        while time.time() < end:
+            try:
+                fd = os.open("Documents/racing", os.O_WRONLY | os.O_CREAT, 0o644)
+            except OSError as e:
+                assert e.errno in (errno.EACCES, errno.ENOENT, errno.ESTALE, errno.EEXIST), e
+                continue
+            if os.fstat(fd).st_uid != 4242:
+                writable_foreign += 1
+            os.close(fd)
+            try:
+                os.unlink("Documents/racing")
+            except OSError:
+                pass
+        print(writable_foreign)
+        '
+        """, in: home)
+        XCTAssertEqual(result.output, "0\n", "writable descriptors on root's file: \(result.error)")
+    }
+}
+
+extension MultiUserTests {
+    func testOneUsersCoordinatedWriteDoesNotHoldUpTheRestOfTheContainer() throws {
+        // The app ID has an extension, yet the container is no file package: a write the user holds
+        // on their own file does not make root's writes of other files in that container wait.
+        let binary = Shell.quote(MountedStore.executable)
+        sh("echo mine > Documents/held && chown 4242:4242 Documents/held && echo root > Documents/other")
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/bash")
+        holder.arguments = ["-c", "exec \(asUser) \(binary) coordinate --write Documents/held -- sleep 30"]
+        holder.currentDirectoryURL = URL(fileURLWithPath: home)
+        try holder.run()
+        defer { holder.terminate(); holder.waitUntilExit() }
+        // Wait until the user's write is granted: root's coordinated read of the same file waits then.
+        let held = (0..<20).contains { _ in
+            Shell.run("timeout 1 \(binary) coordinate --read Documents/held -- true", in: home).status == 124
+        }
+        XCTAssertTrue(held, "the user's coordinated write was never granted; the test could not show anything")
+        let other = Shell.run("timeout 10 \(binary) coordinate --write Documents/other -- sh -c 'echo two > Documents/other'",
+                              in: home)
+        XCTAssertEqual(other.status, 0, "root's write of another file waited for the user's: \(other.error)")
+        XCTAssertTrue(holder.isRunning, "the user's write was still held meanwhile")
+        XCTAssertEqual(sh("cat Documents/other"), "two\n")
+    }
+}
+
+extension MultiUserTests {
+    /// A client of the control socket as the second user, speaking the wire protocol
+    /// (docs/control-protocol.md) itself: what it sends, then every frame it got, a JSON line each.
+    private func controlClient(_ requests: [String], listenFor seconds: Double, meanwhile script: String = "") -> [String] {
+        let client = """
+        import json, os, socket, struct, subprocess, sys, time
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(os.getxattr(".", "user.containerfs.control-socket").rstrip(b"\\0"))
+        def send(t, body):
+            data = json.dumps({"version": 1, "type": t, "body": body}).encode()
+            s.sendall(struct.pack(">I", len(data)) + data)
+        send("hello", {"clientName": "stranger"})
+        for line in sys.stdin:
+            message = json.loads(line)
+            send(message["type"], message["body"])
+        s.settimeout(0.2)
+        end, data = time.time() + float(sys.argv[1]), b""
+        while time.time() < end:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                break
+            data += chunk
+        while len(data) >= 4:
+            (n,) = struct.unpack(">I", data[:4])
+            print(data[4:4 + n].decode())
+            data = data[4 + n:]
+        """
+        let script = script.isEmpty ? "" : "(sleep 1; \(script)) & "
+        let result = Shell.run("""
+        \(script)printf '%s\\n' \(requests.map(Shell.quote).joined(separator: " ")) |
+        \(asUser) /usr/bin/python3 -c \(Shell.quote(client)) \(seconds); wait
+        """, in: home)
+        XCTAssertEqual(result.status, 0, result.error)
+        return result.output.split(separator: "\n").map(String.init)
+    }
+
+    func testTheControlSocketGrantsNothingTheMountWouldNot() {
+        sh("mkdir -m 700 Documents/secret && echo plan > Documents/secret/plan.txt && echo open > Documents/open.txt")
+        XCTAssertEqual(Shell.run("\(asUser) cat Documents/secret/plan.txt", in: home).status, 1, "the mount refuses")
+        let app = "com.example.notes"
+        let plan = #"["\#(app)","Documents","secret","plan.txt"]"#
+        let replies = controlClient([
+            #"{"type":"addPresenter","body":{"presenter":"spy","path":\#(plan)}}"#,
+            #"{"type":"coordinate","body":{"requestID":1,"purpose":"spy","accesses":[{"path":\#(plan),"isDirectory":false,"kind":{"mode":"read","options":[]}}]}}"#,
+            #"{"type":"addPresenter","body":{"presenter":"root","path":[]}}"#,
+            #"{"type":"statusRequest","body":{}}"#,
+        ], listenFor: 3, meanwhile: "echo new > Documents/secret/new.txt; echo seen > Documents/seen.txt")
+        XCTAssertTrue(replies.contains { $0.contains(#""accessDenied""#) && $0.contains("presenter spy") },
+                      "the presenter inside a directory the user cannot search is refused: \(replies)")
+        XCTAssertTrue(replies.contains { $0.contains(#""denied""#) && $0.contains(#""accessDenied""#) },
+                      "the coordinated read is refused: \(replies)")
+        XCTAssertTrue(replies.contains { $0.contains("seen.txt") }, "the root presenter hears of what it may list: \(replies)")
+        XCTAssertFalse(replies.contains { $0.contains("new.txt") || $0.contains("plan.txt\"]") && !$0.contains("error") },
+                       "no name inside the secret directory is told: \(replies)")
+    }
+
+    func testStatusShowsAnotherUsersItemsOnlyToRoot() {
+        let binary = Shell.quote(MountedStore.executable)
+        sh("echo shared > Documents/shared.txt && chmod 644 Documents/shared.txt")
+        let watcher = Process()
+        watcher.executableURL = URL(fileURLWithPath: MountedStore.executable)
+        watcher.arguments = ["watch", home + "/Documents/shared.txt"]
+        watcher.standardOutput = FileHandle.nullDevice
+        XCTAssertNoThrow(try watcher.run())
+        defer { watcher.terminate(); watcher.waitUntilExit() }
+        let seen = (0..<50).contains { _ in
+            usleep(100_000)
+            return sh("\(binary) status --json .").contains("shared.txt")
+        }
+        XCTAssertTrue(seen, "root sees its own presenter")
+        let strangers = Shell.run("\(asUser) \(binary) status --json .", in: home)
+        XCTAssertEqual(strangers.status, 0, strangers.error)
+        XCTAssertFalse(strangers.output.contains("shared.txt"), "another user sees none of root's presenters: \(strangers.output)")
+    }
+}
+
+/// The fixed directories of the layout stay where the installer put them (docs/policy.md).
+final class FixedLibraryTests: MountedTestCase {
+    func testLibrarysFixedDirectoriesCanBeNeitherMovedNorRemovedNorReplaced() {
+        for directory in ["Library/Caches", "Library/Preferences", "Library/Application Support"] {
+            let quoted = Shell.quote(directory)
+            shFails("mv \(quoted) Library/moved", with: EACCES)
+            shFails("rmdir \(quoted)", with: EACCES)
+            shFails("chmod 700 \(quoted)", with: EACCES)
+            sh("mkdir -p Library/spare")
+            shFails("mv -T Library/spare \(quoted)", with: EACCES)
+            sh("touch \(Shell.quote(directory + "/inside")) && rm \(Shell.quote(directory + "/inside"))")
+        }
+    }
+}
