@@ -48,6 +48,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// daemon (which runs as root) grow without bound.
     public let maxPresentersPerClient: Int
     public let maxRequestsPerClient: Int
+    /// What all the clients of one user may hold together, so that no user crowds out another.
+    public let userLimits: UserLimits
     /// A connection that has not said hello by then is closed, so silent connections cannot use
     /// up the `maxClients` slots.
     public let helloTimeout: Duration
@@ -78,20 +80,21 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     ///     `{ CoordinationEngine(transport: $0, replyTimeout: .seconds(2)) }`.
     public convenience init(socketPath: String, maxQueuedBytes: Int = 4 << 20, maxClients: Int = 1024,
                             maxPresentersPerClient: Int = 10_000, maxRequestsPerClient: Int = 10_000,
-                            helloTimeout: Duration = .seconds(5),
+                            userLimits: UserLimits = UserLimits(), helloTimeout: Duration = .seconds(5),
                 mayAccess: @escaping AccessCheck,
                 writeSessions: @escaping @Sendable () -> [WriteSessionStatus] = { [] },
                 log: @escaping @Sendable (String) -> Void = { _ in },
                 makeEngine: (any PresenterTransport) -> CoordinationEngine) {
         self.init(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: maxClients,
                   maxPresentersPerClient: maxPresentersPerClient, maxRequestsPerClient: maxRequestsPerClient,
-                  helloTimeout: helloTimeout,
+                  userLimits: userLimits, helloTimeout: helloTimeout,
                   mayAccess: mayAccess, writeSessions: writeSessions, log: log,
                   processInfo: ControlServer.procProcessInfo, makeEngine: makeEngine)
     }
 
     init(socketPath: String, maxQueuedBytes: Int, maxClients: Int, maxPresentersPerClient: Int = 10_000,
-         maxRequestsPerClient: Int = 10_000, helloTimeout: Duration = .seconds(5), mayAccess: @escaping AccessCheck,
+         maxRequestsPerClient: Int = 10_000, userLimits: UserLimits = UserLimits(),
+         helloTimeout: Duration = .seconds(5), mayAccess: @escaping AccessCheck,
          writeSessions: @escaping @Sendable () -> [WriteSessionStatus], log: @escaping @Sendable (String) -> Void,
          processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)?,
          makeEngine: (any PresenterTransport) -> CoordinationEngine) {
@@ -101,6 +104,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         self.maxClients = maxClients
         self.maxPresentersPerClient = maxPresentersPerClient
         self.maxRequestsPerClient = maxRequestsPerClient
+        self.userLimits = userLimits
         self.helloTimeout = helloTimeout
         self.mayAccess = mayAccess
         self.log = log
@@ -238,6 +242,13 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         return status
     }
 
+    /// Records a change of a user's unfinished-frame bytes; false if the user is now over the limit.
+    fileprivate func bufferedBytesChanged(_ uid: uid_t, by change: Int) -> Bool {
+        state.withLock { state in
+            state.shares.buffered(uid, change: change) <= userLimits.bufferedBytesPerUser || UserShares.isPrivileged(uid)
+        }
+    }
+
     // MARK: - PresenterTransport
 
     public func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
@@ -272,8 +283,23 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 close(fd)
                 continue
             }
+            let refusal = state.withLock { state -> String? in
+                guard !state.stopped else { return "the daemon is stopping" }
+                return state.shares.admit(credentials.userID, connected: state.connections.count,
+                                          maxClients: maxClients, limits: userLimits)
+            }
+            if let refusal {
+                log("control socket: refusing a client (pid \(credentials.processID) uid \(credentials.userID)): \(refusal)")
+                // Told once, without waiting: the client sees why before the connection closes.
+                if let frame = try? ControlCodec.encode(.error(.init(code: .limitExceeded, message: refusal))) {
+                    let sent = sendWithoutWaiting(fd, frame)
+                    if sent < 0 { log("control socket: could not tell the refused client why: errno \(errno)") }
+                }
+                close(fd)
+                continue
+            }
             let connection = state.withLock { state -> Connection? in
-                guard !state.stopped, state.connections.count < maxClients else { return nil }
+                guard !state.stopped else { return nil }
                 state.lastOwner += 1
                 let connection = Connection(owner: OwnerID(state.lastOwner), fd: fd, credentials: credentials,
                                             server: self)
@@ -284,7 +310,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 return connection
             }
             guard let connection else {
-                log("control socket: refusing a client (pid \(credentials.processID)): too many clients")
+                state.withLock { $0.shares.left(credentials.userID, presenters: 0) }
                 close(fd)
                 continue
             }
@@ -298,6 +324,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         state.withLock { state in
             if state.connections.removeValue(forKey: connection.owner) != nil {
                 connectedClients.subtract(1, ordering: .releasing)
+                state.shares.left(connection.credentials.userID, presenters: connection.presenters.count)
+                state.shares.buffered(connection.credentials.userID, change: -connection.reportedBytes)
             }
             let pid = connection.credentials.processID
             state.ownersByPID[pid]?.remove(connection.owner)
@@ -319,15 +347,23 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 return connection.enqueue(.error(.init(code: .accessDenied,
                                                        message: "presenter \(body.presenter): may not read \(body.path)")))
             }
-            guard connection.presenters.contains(body.presenter)
-                    || connection.presenters.count < maxPresentersPerClient else {
-                return connection.enqueue(.error(.init(code: .limitExceeded,
-                                                       message: "at most \(maxPresentersPerClient) presenters per client")))
+            if !connection.presenters.contains(body.presenter) {
+                guard connection.presenters.count < maxPresentersPerClient else {
+                    return connection.enqueue(.error(.init(code: .limitExceeded,
+                                                           message: "at most \(maxPresentersPerClient) presenters per client")))
+                }
+                let uid = connection.credentials.userID
+                guard state.withLock({ $0.shares.addPresenter(uid, limits: userLimits) }) else {
+                    return connection.enqueue(.error(.init(code: .limitExceeded,
+                                                           message: "at most \(userLimits.presentersPerUser) presenters per user, in all of the user's clients")))
+                }
+                connection.presenters.insert(body.presenter)
             }
-            connection.presenters.insert(body.presenter)
             engine.registry.add(PresenterKey(owner: owner, purpose: body.presenter), path: body.path)
         case .removePresenter(let body):
-            connection.presenters.remove(body.presenter)
+            if connection.presenters.remove(body.presenter) != nil {
+                state.withLock { $0.shares.removePresenter(connection.credentials.userID) }
+            }
             if engine.registry.remove(PresenterKey(owner: owner, purpose: body.presenter)) == nil {
                 connection.enqueue(.error(.init(code: .unknownPresenter, message: "no presenter \(body.presenter)")))
             }
@@ -448,6 +484,7 @@ private struct ServerState {
     var connections: [OwnerID: Connection] = [:]
     var ownersByPID: [pid_t: Set<OwnerID>] = [:]
     var ownerCache: [pid_t: OwnerCacheEntry] = [:]
+    var shares = UserShares()
 }
 
 private struct OwnerCacheEntry {
@@ -486,6 +523,8 @@ private final class Connection: @unchecked Sendable {
     let requests = Locked<[UInt64: RequestEntry]>([:])
     /// Ids of this client's presenters; touched on `queue` only.
     var presenters: Set<PurposeID> = []
+    /// Bytes of unfinished frames counted against the user's share; touched on `queue` only.
+    var reportedBytes = 0
     private weak var server: ControlServer?
     private let maxQueuedBytes: Int
     private let helloTimeout: Duration
@@ -620,6 +659,9 @@ private final class Connection: @unchecked Sendable {
                 reader.append(buffer[..<count])
                 processFrames()
                 if closed || closing { return }
+                guard accountBufferedBytes() else {
+                    return fail(.limitExceeded, "more than \(server?.userLimits.bufferedBytesPerUser ?? 0) bytes of unfinished messages from one user")
+                }
             } else if count == 0 {
                 return close(reason: "end of stream")
             } else if errno == EINTR {
@@ -630,6 +672,14 @@ private final class Connection: @unchecked Sendable {
                 return close(reason: "read failed: errno \(errno)")
             }
         }
+    }
+
+    /// Counts what waits in the reader against the user's share; false if that is over.
+    private func accountBufferedBytes() -> Bool {
+        guard let server else { return true }
+        let now = reader.bufferedByteCount
+        defer { reportedBytes = now }
+        return server.bufferedBytesChanged(credentials.userID, by: now - reportedBytes)
     }
 
     private func processFrames() {
@@ -742,4 +792,9 @@ func withSocketAddress<Result, Failure: Error>(
 public func isValidSocketPath(_ path: String) -> Bool {
     let capacity = MemoryLayout.size(ofValue: sockaddr_un().sun_path)
     return !path.utf8.isEmpty && path.utf8.count < capacity && !path.utf8.contains(0)
+}
+
+/// One send that never blocks (outside the server's scope, whose `send` is the transport's).
+private func sendWithoutWaiting(_ fd: Int32, _ bytes: [UInt8]) -> Int {
+    bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
 }

@@ -1,7 +1,8 @@
 
-// Presenters registered by clients, keyed by the item they present. Lookups scan all presenters;
-// a mount has few presenters compared with file operations, and a scan keeps re-keying on moves
-// trivially correct.
+// Presenters registered by clients, keyed by the item they present. They are indexed by path in a
+// tree of names, so that a lookup costs the depth of the path and the presenters found, never the
+// number of presenters elsewhere: one client's thousands of presenters must not slow another
+// user's operations (docs/coordination.md).
 
 /// A presenter is named by its client connection plus the id the client gave it. The id doubles
 /// as the presenter's purpose: its own coordinated accesses never wait for each other.
@@ -40,7 +41,7 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
 
 public final class PresenterRegistry: Sendable {
     public let packageRule: PackageRule
-    private let presenters = Locked<[PresenterKey: PresenterRecord]>([:])
+    private let index = Locked(Index())
 
     public init(packageRule: PackageRule = .anyExtension) {
         self.packageRule = packageRule
@@ -48,41 +49,54 @@ public final class PresenterRegistry: Sendable {
 
     /// Registers (or moves) a presenter. Registering again under the same key replaces the path.
     public func add(_ key: PresenterKey, path: ItemPath) {
-        presenters.withLock { $0[key] = PresenterRecord(key: key, path: path) }
+        index.withLock { index in
+            index.remove(key)
+            index.insert(PresenterRecord(key: key, path: path))
+        }
     }
 
     @discardableResult
     public func remove(_ key: PresenterKey) -> PresenterRecord? {
-        presenters.withLock { $0.removeValue(forKey: key) }
+        index.withLock { $0.remove(key) }
     }
 
     /// Drops every presenter of a client at once (its connection closed).
     @discardableResult
     public func removeAll(owner: OwnerID) -> [PresenterRecord] {
-        presenters.withLock { all in
-            let removed = all.values.filter { $0.owner == owner }
-            for record in removed { all.removeValue(forKey: record.key) }
-            return removed.sorted { $0.key < $1.key }
-        }
+        index.withLock { index in
+            (index.byOwner[owner] ?? []).compactMap { index.remove($0) }
+        }.sorted { $0.key < $1.key }
     }
 
     public func record(_ key: PresenterKey) -> PresenterRecord? {
-        presenters.withLock { $0[key] }
+        index.withLock { $0.records[key] }
+    }
+
+    /// How many presenters a client has.
+    public func count(owner: OwnerID) -> Int {
+        index.withLock { $0.byOwner[owner]?.count ?? 0 }
     }
 
     /// Every presenter, sorted by key, for status output.
     public func all() -> [PresenterRecord] {
-        select { _ in true }
+        index.withLock { Array($0.records.values) }.sorted { ($0.path, $0.key) < ($1.path, $1.key) }
     }
 
     /// Presenters of exactly this item.
     public func presenters(of path: ItemPath) -> [PresenterRecord] {
-        select { $0 == path }
+        index.withLock { index in
+            index.records(index.tree.keys(at: path.components[...]))
+        }
     }
 
     /// Presenters of items strictly inside `path` (deepest last).
     public func presenters(inside path: ItemPath) -> [PresenterRecord] {
-        select { path.isAncestor(of: $0) }
+        index.withLock { index -> [PresenterRecord] in
+            guard let subtree = index.tree.subtree(at: path.components[...]) else { return [] }
+            var keys: [PresenterKey] = []
+            for child in subtree.children.values { child.collect(into: &keys) }
+            return keys.compactMap { index.records[$0] }
+        }.sorted { ($0.path, $0.key) < ($1.path, $1.key) }
     }
 
     /// Presenters of the directories above `path`, nearest directory first; they hear the
@@ -100,23 +114,25 @@ public final class PresenterRegistry: Sendable {
     /// Re-keys every presenter at or below `source` after a rename; returns them with new paths.
     @discardableResult
     public func itemDidMove(from source: ItemPath, to destination: ItemPath) -> [PresenterRecord] {
-        presenters.withLock { all in
-            var moved: [PresenterRecord] = []
-            for key in Array(all.keys) {
-                guard let path = all[key]!.path.replacingPrefix(source, with: destination) else { continue }
-                all[key]!.path = path
-                moved.append(all[key]!)
+        index.withLock { index -> [PresenterRecord] in
+            guard let moved = index.tree.detach(at: source.components[...]) else { return [] }
+            var keys: [PresenterKey] = []
+            moved.collect(into: &keys)
+            index.tree.graft(moved, at: destination.components[...])
+            return keys.compactMap { key in
+                guard let path = index.records[key]?.path.replacingPrefix(source, with: destination) else { return nil }
+                index.records[key]!.path = path
+                return index.records[key]
             }
-            return moved.sorted { $0.key < $1.key }
-        }
+        }.sorted { $0.key < $1.key }
     }
 
     /// Returns false if there is no such presenter.
     @discardableResult
     public func setUnresponsive(_ key: PresenterKey, _ unresponsive: Bool = true) -> Bool {
-        presenters.withLock { all in
-            guard all[key] != nil else { return false }
-            all[key]!.isUnresponsive = unresponsive
+        index.withLock { index in
+            guard index.records[key] != nil else { return false }
+            index.records[key]!.isUnresponsive = unresponsive
             return true
         }
     }
@@ -127,17 +143,97 @@ public final class PresenterRegistry: Sendable {
 
     // MARK: - Internals
 
-    /// Matching presenters ordered by path, then key, so plans are deterministic.
-    private func select(_ matches: (ItemPath) -> Bool) -> [PresenterRecord] {
-        presenters.withLock { all in
-            all.values.filter { matches($0.path) }
-        }.sorted { ($0.path, $0.key) < ($1.path, $1.key) }
+    /// Presenters of each path, in the order of `paths`, each path's sorted by key.
+    private func presenters(ofEach paths: [ItemPath]) -> [PresenterRecord] {
+        index.withLock { index in
+            paths.flatMap { index.records(index.tree.keys(at: $0.components[...])) }
+        }
     }
 
-    /// Presenters of each path, in the order of `paths`.
-    private func presenters(ofEach paths: [ItemPath]) -> [PresenterRecord] {
-        let wanted = Set(paths)
-        let found = select { wanted.contains($0) }
-        return paths.flatMap { path in found.filter { $0.path == path } }
+    private struct Index {
+        var records: [PresenterKey: PresenterRecord] = [:]
+        var tree = PathTree()
+        var byOwner: [OwnerID: Set<PresenterKey>] = [:]
+
+        mutating func insert(_ record: PresenterRecord) {
+            records[record.key] = record
+            tree.insert(record.key, at: record.path.components[...])
+            byOwner[record.owner, default: []].insert(record.key)
+        }
+
+        @discardableResult
+        mutating func remove(_ key: PresenterKey) -> PresenterRecord? {
+            guard let record = records.removeValue(forKey: key) else { return nil }
+            tree.remove(key, at: record.path.components[...])
+            byOwner[key.owner]?.remove(key)
+            if byOwner[key.owner]?.isEmpty == true { byOwner[key.owner] = nil }
+            return record
+        }
+
+        func records(_ keys: Set<PresenterKey>) -> [PresenterRecord] {
+            keys.sorted().compactMap { records[$0] }
+        }
+    }
+
+    /// The presenters' keys by path, a level of the tree per name.
+    private struct PathTree {
+        var keys: Set<PresenterKey> = []
+        var children: [PathComponent: PathTree] = [:]
+
+        var isEmpty: Bool { keys.isEmpty && children.isEmpty }
+
+        mutating func insert(_ key: PresenterKey, at path: ArraySlice<PathComponent>) {
+            guard let first = path.first else {
+                keys.insert(key)
+                return
+            }
+            children[first, default: PathTree()].insert(key, at: path.dropFirst())
+        }
+
+        mutating func remove(_ key: PresenterKey, at path: ArraySlice<PathComponent>) {
+            guard let first = path.first else {
+                keys.remove(key)
+                return
+            }
+            children[first]?.remove(key, at: path.dropFirst())
+            if children[first]?.isEmpty == true { children[first] = nil }
+        }
+
+        func subtree(at path: ArraySlice<PathComponent>) -> PathTree? {
+            guard let first = path.first else { return self }
+            return children[first]?.subtree(at: path.dropFirst())
+        }
+
+        func keys(at path: ArraySlice<PathComponent>) -> Set<PresenterKey> {
+            subtree(at: path)?.keys ?? []
+        }
+
+        func collect(into keys: inout [PresenterKey]) {
+            keys.append(contentsOf: self.keys)
+            for child in children.values { child.collect(into: &keys) }
+        }
+
+        /// Takes out the subtree at `path` (all of it for the root).
+        mutating func detach(at path: ArraySlice<PathComponent>) -> PathTree? {
+            guard let first = path.first else {
+                defer { self = PathTree() }
+                return isEmpty ? nil : self
+            }
+            guard children[first] != nil else { return nil }
+            let taken = children[first]!.detach(at: path.dropFirst())
+            if children[first]?.isEmpty == true { children[first] = nil }
+            return taken
+        }
+
+        /// Puts `tree` at `path`, merged with what is there.
+        mutating func graft(_ tree: PathTree, at path: ArraySlice<PathComponent>) {
+            guard let first = path.first else { return merge(tree) }
+            children[first, default: PathTree()].graft(tree, at: path.dropFirst())
+        }
+
+        private mutating func merge(_ other: PathTree) {
+            keys.formUnion(other.keys)
+            for (name, child) in other.children { children[name, default: PathTree()].merge(child) }
+        }
     }
 }

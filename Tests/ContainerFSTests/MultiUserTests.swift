@@ -79,10 +79,16 @@ extension MultiUserTests {
         sh("echo mine > Documents/held && chown 4242:4242 Documents/held && echo root > Documents/other")
         let holder = Process()
         holder.executableURL = URL(fileURLWithPath: "/bin/bash")
-        holder.arguments = ["-c", "exec \(asUser) \(binary) coordinate --write Documents/held -- sleep 30"]
+        // Held until its standard input closes.
+        holder.arguments = ["-c", "exec \(asUser) \(binary) coordinate --write Documents/held -- head -c 1"]
         holder.currentDirectoryURL = URL(fileURLWithPath: home)
+        let release = Pipe()
+        holder.standardInput = release
         try holder.run()
-        defer { holder.terminate(); holder.waitUntilExit() }
+        defer {
+            try? release.fileHandleForWriting.close()
+            holder.waitUntilExit()
+        }
         // Wait until the user's write is granted: root's coordinated read of the same file waits then.
         let held = (0..<20).contains { _ in
             Shell.run("timeout 1 \(binary) coordinate --read Documents/held -- true", in: home).status == 124
@@ -172,6 +178,93 @@ extension MultiUserTests {
         let strangers = Shell.run("\(asUser) \(binary) status --json .", in: home)
         XCTAssertEqual(strangers.status, 0, strangers.error)
         XCTAssertFalse(strangers.output.contains("shared.txt"), "another user sees none of root's presenters: \(strangers.output)")
+    }
+}
+
+extension MultiUserTests {
+    func testOneUserCannotCrowdOthersOutOfTheControlSocket() throws {
+        // Connections, presenters and half-sent frames, each past the user's share, held while
+        // root's clients use the socket.
+        let binary = Shell.quote(MountedStore.executable)
+        let reports = try XCTUnwrap(Shell.run("mktemp -d /tmp/containerfs-hog.XXXXXX").output.split(separator: "\n").first.map(String.init))
+        defer { Shell.run("rm -rf \(Shell.quote(reports))") }
+        chmod(reports, 0o777)
+        let report = reports + "/report"
+        let hostile = """
+        import json, os, socket, struct, sys, time
+        path = os.getxattr(".", "user.containerfs.control-socket").rstrip(b"\\0")
+        out = open(sys.argv[1], "w")
+        def frame(t, body):
+            data = json.dumps({"version": 1, "type": t, "body": body}).encode()
+            return struct.pack(">I", len(data)) + data
+        def drain(s, seconds):
+            s.settimeout(seconds)
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    data += chunk
+            except (socket.timeout, OSError):
+                pass
+            return data
+        held, refused, why = [], 0, b""
+        for _ in range(100):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            s.sendall(frame("hello", {"clientName": "hog"}))
+            s.settimeout(5)
+            header = s.recv(4, socket.MSG_WAITALL)
+            answer = s.recv(struct.unpack(">I", header)[0], socket.MSG_WAITALL) if len(header) == 4 else b""
+            if b"helloReply" in answer:
+                held.append(s)
+            else:
+                refused += 1
+                why = answer
+        print("clients", len(held), "refused", refused, b"limitExceeded" in why, file=out)
+        for s in held[:2]:
+            s.sendall(b"".join(frame("addPresenter", {"presenter": "p%d" % i, "path": []}) for i in range(6000)))
+        print("presenters refused", sum(drain(s, 1).count(b"limitExceeded") for s in held[:2]), file=out)
+        closed = 0
+        for s in held[2:20]:
+            try:
+                s.sendall(struct.pack(">I", 1 << 20) + b"x" * ((1 << 20) - 1))
+            except OSError:
+                closed += 1
+        closed += sum(1 for s in held[2:20] if b"limitExceeded" in drain(s, 0.2))
+        print("big frames cut off", closed >= 14, file=out)
+        print("ready", file=out, flush=True)
+        time.sleep(60)
+        """
+        let rssBefore = residentKiB(of: mounted.daemonPID)
+        let hog = Process()
+        hog.executableURL = URL(fileURLWithPath: "/bin/bash")
+        hog.arguments = ["-c", "exec \(asUser) /usr/bin/python3 -c \(Shell.quote(hostile)) \(Shell.quote(report)) 2>\(Shell.quote(report)).err"]
+        hog.currentDirectoryURL = URL(fileURLWithPath: home)
+        try hog.run()
+        defer { hog.terminate(); hog.waitUntilExit() }
+        let deadline = Date().addingTimeInterval(60)
+        var lines: [String] = []
+        while Date() < deadline, !lines.contains("ready"), hog.isRunning {
+            usleep(100_000)
+            lines = ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+        XCTAssertEqual(lines, ["clients 64 refused 36 True", "presenters refused 2000", "big frames cut off True", "ready"],
+                       (try? String(contentsOfFile: report + ".err", encoding: .utf8)) ?? "")
+        let rootStatus = Shell.run("\(binary) status .", in: home)
+        XCTAssertEqual(rootStatus.status, 0, "root's status meanwhile: \(rootStatus.error)")
+        let rootClient = Shell.run("\(binary) coordinate --read Documents -- true", in: home)
+        XCTAssertEqual(rootClient.status, 0, "root's clients still connect meanwhile: \(rootClient.error)")
+        if let before = rssBefore, let after = residentKiB(of: mounted.daemonPID) {
+            XCTAssertLessThan(after - before, 64 << 10, "the daemon grew by \(after - before) KiB")
+        }
+    }
+
+    private func residentKiB(of pid: pid_t?) -> Int? {
+        guard let pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return nil }
+        return Int(line.split(separator: " ").dropFirst().first ?? "")
     }
 }
 

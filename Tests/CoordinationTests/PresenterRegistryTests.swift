@@ -70,4 +70,47 @@ final class PresenterRegistryTests: XCTestCase {
         registry.add(key(alice, "p"), path: path("b"))
         XCTAssertEqual(registry.all().map(\.path), [path("b")])
     }
+
+    /// The indexed registry answers as a scan of every presenter would, through random adds,
+    /// removals, moves (onto presenters too) and disconnects.
+    func testTheIndexAnswersAsAScanOfEveryPresenter() {
+        var generator = SystemRandomNumberGenerator()
+        let names = ["a", "b", "c.pkg"]
+        func randomPath() -> ItemPath {
+            path((0..<Int.random(in: 0...3, using: &generator)).map { _ in names.randomElement(using: &generator)! }
+                .joined(separator: "/"))
+        }
+        var model: [PresenterKey: ItemPath] = [:]
+        let owners = [alice, bob, carol]
+        for step in 0..<2_000 {
+            let key = self.key(owners.randomElement(using: &generator)!, "\(Int.random(in: 0..<6, using: &generator))")
+            switch Int.random(in: 0..<10, using: &generator) {
+            case 0..<5:
+                let where_ = randomPath()
+                registry.add(key, path: where_)
+                model[key] = where_
+            case 5..<7:
+                XCTAssertEqual(registry.remove(key)?.path, model.removeValue(forKey: key))
+            case 7..<9:
+                let (from, to) = (randomPath(), randomPath())
+                guard !from.isEqualOrAncestor(of: to) || from == to else { continue }
+                registry.itemDidMove(from: from, to: to)
+                for (key, at) in model { if let moved = at.replacingPrefix(from, with: to) { model[key] = moved } }
+            default:
+                registry.removeAll(owner: key.owner)
+                model = model.filter { $0.key.owner != key.owner }
+            }
+            let probe = randomPath()
+            let sortedKeys = { (paths: [ItemPath]) in
+                paths.flatMap { at in model.filter { $0.value == at }.map(\.key).sorted() }
+            }
+            XCTAssertEqual(registry.presenters(of: probe).map(\.key), sortedKeys([probe]), "step \(step)")
+            XCTAssertEqual(registry.presentersOfEnclosingDirectories(of: probe).map(\.key), sortedKeys(probe.ancestors),
+                           "step \(step)")
+            XCTAssertEqual(registry.presenters(inside: probe).map(\.key),
+                           model.filter { probe.isAncestor(of: $0.value) }.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key),
+                           "step \(step)")
+            XCTAssertEqual(registry.all().count, model.count)
+        }
+    }
 }
