@@ -17,6 +17,8 @@ const long clinux_UTIME_OMIT = UTIME_OMIT;
 const unsigned int clinux_RENAME_NOREPLACE = RENAME_NOREPLACE;
 const unsigned int clinux_RENAME_EXCHANGE = RENAME_EXCHANGE;
 const unsigned long clinux_FICLONE = FICLONE;
+const int clinux_SEEK_DATA = SEEK_DATA;
+const int clinux_SEEK_HOLE = SEEK_HOLE;
 const short clinux_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
 
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {

@@ -185,7 +185,7 @@ final class Shadows: @unchecked Sendable {
                 guard original >= 0 else { return errno }
                 defer { close(original) }
                 if clinux_ficlone(shadow, original) != 0 {
-                    let error = copyData(from: original, to: shadow)
+                    let error = copyData(from: original, to: shadow, size: Int(attributes.st_size))
                     if error != 0 { return error }
                 }
             }
@@ -201,14 +201,37 @@ final class Shadows: @unchecked Sendable {
     private static let daemonIsRoot = geteuid() == 0
     private static let daemonGroup = getegid()
 
-    private func copyData(from source: Int32, to destination: Int32) -> Int32 {
-        while true {
-            let copied = clinux_copy_file_range(source, nil, destination, nil, 1 << 30, 0)
+    /// Copies the data of a file of `size` bytes, extent by extent, so that its holes stay holes
+    /// (a 4 KiB write into a sparse 2 GiB file must not allocate 2 GiB).
+    private func copyData(from source: Int32, to destination: Int32, size: Int) -> Int32 {
+        var offset = 0
+        while offset < size {
+            let data = lseek(source, off_t(offset), SEEK_DATA)
+            if data < 0 {
+                if errno == ENXIO { break }   // only a hole is left
+                if errno == EINVAL { return copyRange(from: source, to: destination, start: offset, end: size) }
+                return errno
+            }
+            let hole = lseek(source, data, SEEK_HOLE)
+            guard hole >= 0 else { return errno }
+            let error = copyRange(from: source, to: destination, start: Int(data), end: min(Int(hole), size))
+            if error != 0 { return error }
+            offset = Int(hole)
+        }
+        // A hole at the end has no extent to copy.
+        return ftruncate(destination, off_t(size)) == 0 ? 0 : errno
+    }
+
+    private func copyRange(from source: Int32, to destination: Int32, start: Int, end: Int) -> Int32 {
+        var input = off_t(start), output = off_t(start)
+        while input < off_t(end) {
+            let copied = clinux_copy_file_range(source, &input, destination, &output, end - Int(input), 0)
             if copied > 0 { continue }
-            if copied == 0 { return 0 }
+            if copied == 0 { return 0 }   // the file shrank meanwhile
             if errno == EINTR { continue }
             return errno
         }
+        return 0
     }
 
     /// Copies every extended attribute of the item at `source` (a path) to `destination`.
@@ -337,7 +360,15 @@ final class Shadows: @unchecked Sendable {
     /// Closes the shadow and removes it if it was not published. A fresh file goes back to its
     /// published version, empty.
     func discard(_ session: WriteSession) {
-        if session.fresh, !session.shadowName.isEmpty { _ = ftruncate(session.shadow, 0) }
+        if session.fresh, !session.shadowName.isEmpty {
+            // Linux's ftruncate sets the times even when the size stays: an empty file keeps the
+            // times set on it (`touch -d`, `tar -x`, `cp -p`). If it cannot be emptied, its mark
+            // stays, and the next mount empties it.
+            var attributes = stat()
+            let emptied = fstat(session.shadow, &attributes) == 0
+                && (attributes.st_size == 0 || ftruncate(session.shadow, 0) == 0)
+            if !emptied { session.shadowName = [] }
+        }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
         session.shadow = -1

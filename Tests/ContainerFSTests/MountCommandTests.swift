@@ -83,6 +83,8 @@ final class MountCommandTests: XCTestCase {
         let left = try FileManager.default.contentsOfDirectory(atPath: shadows)
             .flatMap { try FileManager.default.contentsOfDirectory(atPath: shadows + "/" + $0) }
         XCTAssertEqual(left, [], "spares and previous versions are removed at unmount")
+        let check = containerfs("check \(Shell.quote(storePath))")
+        XCTAssertEqual(check.status, 0, "check after a clean unmount: \(check.output) \(check.error)")
     }
 
     func testSignalsStopTheDaemonCleanly() throws {

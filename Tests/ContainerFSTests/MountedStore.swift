@@ -253,3 +253,27 @@ class MountedTestCase: XCTestCase {
                        file: file, line: line)
     }
 }
+
+extension MountedTestCase {
+    /// Runs `script` (bash, in the directory) in each place; it prints what it checks, and every place
+    /// must print what the plain directory printed (and `expected`, when given).
+    func everywhere(_ script: String, expected: String? = nil, file: StaticString = #filePath, line: UInt = #line) {
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString)").path
+        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let places = [plain, home + "/Documents", home + "/Library/Application Support"]
+        var reference: String?
+        for place in places {
+            let directory = place == plain ? place : place + "/live-\(UUID().uuidString.prefix(8))"
+            XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true))
+            let result = Shell.run("set -e\n" + script, in: directory, limit: 60)
+            XCTAssertEqual(result.status, 0, "in \(place): \(result.error)", file: file, line: line)
+            if let expected { XCTAssertEqual(result.output, expected, "in \(place)", file: file, line: line) }
+            if let reference {
+                XCTAssertEqual(result.output, reference, "in \(place), unlike the plain directory", file: file, line: line)
+            } else {
+                reference = result.output
+            }
+        }
+    }
+}

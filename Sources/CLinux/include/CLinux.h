@@ -13,6 +13,8 @@ extern const unsigned int clinux_RENAME_NOREPLACE;
 extern const unsigned int clinux_RENAME_EXCHANGE;
 extern const unsigned long clinux_FICLONE;
 extern const short clinux_POSIX_SPAWN_SETSID;
+extern const int clinux_SEEK_DATA;
+extern const int clinux_SEEK_HOLE;
 
 /// Makes a spawned child start with no descriptor from `lowest` up but those its actions set.
 int clinux_spawn_close_from(void *actions, int lowest);

@@ -1,0 +1,38 @@
+import Foundation
+import XCTest
+
+/// What ordinary tools expect of a local disk, each checked in a plain directory first.
+final class DiskLikeTests: MountedTestCase {
+    func testTimesSetOnNewFilesAreKept() {
+        // touch -d sets the times through the descriptor it created the file with; tar -x and
+        // cp -p set them on files just written, empty ones too.
+        everywhere("""
+        touch -d 2001-01-01 new && stat -c '%y %s %n' new
+        mkdir -p src && : > src/empty && echo data > src/full && touch -d 2003-03-03 src/empty src/full
+        tar cf - -C src empty full | (mkdir -p untarred && tar xf - -C untarred)
+        stat -c '%y %s %n' untarred/empty untarred/full
+        cp -p src/empty copied && stat -c '%y %s %n' copied
+        """, expected: """
+        2001-01-01 00:00:00.000000000 +0000 0 new
+        2003-03-03 00:00:00.000000000 +0000 0 untarred/empty
+        2003-03-03 00:00:00.000000000 +0000 5 untarred/full
+        2003-03-03 00:00:00.000000000 +0000 0 copied
+
+        """)
+    }
+
+    func testRewritingPartOfASparseFileKeepsItsHoles() {
+        // A write-only open without truncation (dd opens read-write) is a rewrite, published
+        // whole; its copy of the file must not fill the holes.
+        everywhere("""
+        truncate -s 1G sparse
+        write() { python3 -c 'import os, sys; f = os.open("sparse", os.O_WRONLY); os.pwrite(f, sys.argv[2].encode(), int(sys.argv[1])); os.close(f)' "$@"; }
+        write 500000000 middle
+        write 1073741821 end
+        stat -c '%s' sparse
+        [ "$(du -k sparse | cut -f1)" -lt 1024 ] && echo "holes kept"
+        dd if=sparse bs=1 skip=500000000 count=6 status=none; echo
+        tail -c 3 sparse; echo
+        """, expected: "1073741824\nholes kept\nmiddle\nend\n")
+    }
+}
