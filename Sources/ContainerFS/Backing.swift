@@ -34,6 +34,19 @@ enum Backing {
         return (attributes, result == 0 ? 0 : errno)
     }
 
+    /// Clears the set-user-ID bit, and the set-group-ID bit of a group-executable file, as a write
+    /// by someone without CAP_FSETID does on a local disk. The daemon writes as root, so the
+    /// backing filesystem would keep them, and the kernel leaves it to the daemon for writes that
+    /// bypass its cache. Returns 0 or the errno.
+    static func clearSetID(_ descriptor: Int32) -> Int32 {
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0 else { return errno }
+        var cleared = attributes.st_mode & ~S_ISUID
+        if attributes.st_mode & S_IXGRP != 0 { cleared &= ~S_ISGID }
+        guard cleared != attributes.st_mode else { return 0 }
+        return fchmod(descriptor, cleared & 0o7777) == 0 ? 0 : errno
+    }
+
     /// An `O_PATH` descriptor on `name` in `directory`, never following a symlink.
     @inline(__always)
     static func openPath(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {

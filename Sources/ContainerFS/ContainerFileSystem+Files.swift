@@ -317,9 +317,14 @@ extension ContainerFileSystem {
     public func write(_ request: FuseRequest, inode: InodeNumber, data: UnsafeMutablePointer<fuse_bufvec>,
                       offset: off_t, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
+        let firstWrite = !handle.wrote
         handle.wrote = true
         var written = 0
         let error = withDescriptor(of: handle, writer: file.lockOwner) { descriptor in
+            if firstWrite, request.caller.uid != 0 {
+                let error = Backing.clearSetID(descriptor)
+                guard error == 0 else { return written = -Int(error) }
+            }
             // An appending writer's offset is the kernel's size, which a reader of the previous version
             // seeking to its end sets back to its own (see attributes(seenThrough:)): appends go to
             // the shadow's end.

@@ -29,6 +29,22 @@ final class MultiUserTests: MountedTestCase {
         }
     }
 
+    func testWritingAnotherUsersSetIDFileClearsItsSetIDBits() {
+        let script = """
+        for how in rewrite append truncate; do echo a > $how && chmod 6777 $how; done
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
+        \(asUser) sh -c 'echo b >> append && truncate -s 0 truncate'
+        stat -c '%a %n' rewrite append truncate
+        """
+        let plain = mounted.root.appendingPathComponent("plain-setid").path
+        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
+        chmod(plain, 0o1777)
+        let native = Shell.run(script, in: plain)
+        XCTAssertEqual(native.output, "777 rewrite\n777 append\n777 truncate\n", native.error)
+        let mounted = Shell.run(script, in: home + "/Documents")
+        XCTAssertEqual(mounted.output, native.output, mounted.error)
+    }
+
     func testItemsAUserMakesAreTheirsAndOnlyThose() {
         let made = Shell.run("""
         \(asUser) bash -c 'mkdir Documents/d && ln -s target Documents/l && mkfifo Documents/p && touch Documents/f &&
