@@ -58,5 +58,5 @@ let package = Package(
         .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
         .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

@@ -23,7 +23,7 @@ extension ContainerFileSystem {
 
     /// Runs a change of extended attributes (given the item's /proc path) as a coordinated metadata change.
     private func changeAttributes(of node: Node, named name: UnsafePointer<CChar>, _ request: FuseRequest,
-                                  _ change: @escaping (UnsafePointer<CChar>) -> Int32) {
+                                  _ change: @escaping @Sendable (UnsafePointer<CChar>) -> Int32) {
         let choosesInPlace = strcmp(name, ContainerFileSystem.inPlaceAttribute) == 0
         coordination.perform(.metadataChange(nodes.itemPath(of: node)), isDirectory: node.isDirectory,
                              caller: request.caller) { access in

@@ -15,7 +15,7 @@ extension ContainerFileSystem {
     /// Makes a name with `make` inside a coordinated creation, gives the new item of type `type` to
     /// the caller (not a hard link's existing one: `type` nil) and answers with its entry.
     private func makeItem(_ request: FuseRequest, parent: InodeNumber, name: FileName, type: mode_t?,
-                          _ make: @escaping (Node, UnsafePointer<CChar>) -> Int32) {
+                          _ make: @escaping @Sendable (Node, UnsafePointer<CChar>) -> Int32) {
         let parentNode = nodes.node(parent)
         let denied = creationError(in: parentNode, name: name)
         guard denied == 0 else { return request.reply(error: denied) }

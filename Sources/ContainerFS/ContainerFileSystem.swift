@@ -15,7 +15,11 @@ public struct CacheTimeouts: Sendable {
 
 /// The mounted tree: backing files reached through `*at()` calls on held descriptors, never
 /// through joined paths, with the container policy checked before every change.
-public final class ContainerFileSystem: LowLevelFileSystem {
+///
+/// Shared by libfuse's worker threads and the coordination callbacks. Unchecked: its state lives
+/// in the node table (locks), the shadows and atomics, and its `var`s are set before the session
+/// serves its first request and only read after.
+public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable {
     let nodes: NodeTable
     let timeouts: CacheTimeouts
     let daemonIsRoot = geteuid() == 0

@@ -29,7 +29,7 @@ public final class MountCoordination: @unchecked Sendable {
     /// Runs `body` inside a coordinated `operation` made for `caller`, now or later on another
     /// thread. `body` must end the access it gets.
     func perform(_ operation: @autoclosure () -> CoordinatedOperation, isDirectory: Bool, caller: Caller,
-                 _ body: @escaping (CoordinatedAccess) -> Void) {
+                 _ body: @escaping @Sendable (CoordinatedAccess) -> Void) {
         guard hasClients() else { return body(CoordinatedAccess(session: nil)) }
         let operation = operation()
         let client = clientOf(caller.pid)

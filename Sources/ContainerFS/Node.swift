@@ -25,7 +25,10 @@ struct BackingKey: Hashable {
 /// A file or directory the kernel knows. Its address is the inode number the kernel uses for it.
 /// Directories hold an `O_PATH` descriptor; other items are reached by name in their parent, so
 /// that the daemon's descriptors stay few however many files the kernel knows.
-final class Node {
+///
+/// Unchecked: every mutable field says what guards it (the table's lock, the place and session
+/// stripe locks, or an atomic), which the compiler cannot see.
+final class Node: @unchecked Sendable {
     /// The directory's `O_PATH` descriptor, for the node's life; -1 for anything else.
     let descriptor: Int32
     /// An `O_PATH` descriptor taken when the item's name was removed through the mount, so that an
@@ -308,7 +311,8 @@ final class Node {
 }
 
 /// Every node the kernel holds a reference to, found by backing inode; forgotten as the kernel forgets.
-final class NodeTable {
+/// Unchecked: its state is one value behind a lock, its counters atomics.
+final class NodeTable: @unchecked Sendable {
     let root: Node
 
     private struct State {

@@ -194,6 +194,8 @@ public final class FileCoordinator: @unchecked Sendable {
     /// nil (the accesses are held until it returns) or with the error that prevented them.
     public func coordinate(with intents: [FileAccessIntent], queue: OperationQueue,
                            byAccessor accessor: @escaping (Error?) -> Void) {
+        // Apple's signature: the accessor is not @Sendable, and runs on `queue` alone.
+        nonisolated(unsafe) let accessor = accessor
         let items = intents.map { ($0.url, $0.kind, $0.resolvesSymbolicLink) }
         let groups: [Group]
         do {
@@ -202,7 +204,6 @@ public final class FileCoordinator: @unchecked Sendable {
             queue.addOperation { accessor(error) }
             return
         }
-        nonisolated(unsafe) let accessor = accessor
         acquire(groups[...], held: []) { result in
             queue.addOperation {
                 switch result {

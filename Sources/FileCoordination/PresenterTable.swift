@@ -58,8 +58,11 @@ final class PresenterTable: @unchecked Sendable {
     /// text once the presenter has answered (for notifications: once the callback returned).
     func deliver(_ message: PresenterMessage, to id: PurposeID, in domain: any CoordinationDomain,
                  reply: @escaping @Sendable (String?) -> Void) {
-        guard let presenter = lock.withLock({ entries[id]?.presenter }) else { return reply(nil) }
-        let url = { (path: ItemPath) in domain.url(for: path) }
+        guard let found = lock.withLock({ entries[id]?.presenter }) else { return reply(nil) }
+        // As with Apple's NSFilePresenter, a presenter is called only on its own operation queue.
+        nonisolated(unsafe) let presenter = found
+        nonisolated(unsafe) let domain = domain
+        let url = { @Sendable (path: ItemPath) in domain.url(for: path) }
         let answerOnce = Once(reply)
         let queue = presenter.presentedItemOperationQueue
         queue.addOperation { [self] in

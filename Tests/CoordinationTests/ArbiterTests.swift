@@ -71,11 +71,12 @@ final class ArbiterTests: XCTestCase {
     func testGrantsFollowArrivalOrderAmongConflictingWaiters() {
         let order = EventLog<Int>()
         let holder = ask(.write(path("D/a")))
+        let arbiter = self.arbiter!
         for index in 1...5 {
             arbiter.request([.write(path("D/a"))], owner: bob, purpose: PurposeID("p\(index)")) { result in
                 guard case .success(let grant) = result else { return XCTFail("not granted") }
                 order.append(index)
-                self.arbiter.release(grant)  // re-entering from the completion must not deadlock
+                arbiter.release(grant)  // re-entering from the completion must not deadlock
             }
         }
         XCTAssertEqual(order.all, [])

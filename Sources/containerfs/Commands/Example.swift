@@ -84,7 +84,7 @@ final class NotesFolder: FilePresenter, @unchecked Sendable {
             try Data(index.utf8).write(to: url, options: .atomic)
         }
         print("indexed \(names.count) notes")
-        fflush(stdout)
+        fflush(nil)  // every output stream: Glibc's stdout is a global variable
     }
 
     private func changed(_ url: URL) {

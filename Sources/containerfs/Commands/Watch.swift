@@ -109,7 +109,7 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
     }
 
     /// Runs `sh -c command` and calls `done` with its success once it ends, off the presenter's queue.
-    private func run(_ command: String?, event: String, done: @escaping (Bool) -> Void) {
+    private func run(_ command: String?, event: String, done: @escaping @Sendable (Bool) -> Void) {
         guard let command else { return done(true) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -129,11 +129,13 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
 
     func relinquishPresentedItem(toReader reader: @escaping ((() -> Void)?) -> Void) {
         report("relinquishPresentedItemToReader")
+        nonisolated(unsafe) let reader = reader   // Apple's signature; callable from any thread
         run(onRelinquish, event: "relinquishPresentedItemToReader") { _ in reader(nil) }
     }
 
     func relinquishPresentedItem(toWriter writer: @escaping ((() -> Void)?) -> Void) {
         report("relinquishPresentedItemToWriter")
+        nonisolated(unsafe) let writer = writer   // Apple's signature; callable from any thread
         run(onRelinquish, event: "relinquishPresentedItemToWriter") { _ in writer(nil) }
     }
 
@@ -141,6 +143,7 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
 
     func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void) {
         report("savePresentedItemChanges")
+        nonisolated(unsafe) let completionHandler = completionHandler   // as above
         run(onSave, event: "savePresentedItemChanges") { succeeded in
             completionHandler(succeeded ? nil : CocoaError(.fileWriteUnknown))
         }
