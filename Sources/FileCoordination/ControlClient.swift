@@ -45,9 +45,12 @@ public final class ControlClient: @unchecked Sendable {
         Self.setReceiveTimeout(fd, seconds: 5)
         defer { Self.setReceiveTimeout(fd, seconds: 0) }
         do {
-            try Self.write(fd, .hello(.init(clientName: clientName, processID: getpid())))
-            guard let reply = try Self.readOne(fd, &reader) else {
-                throw FileCoordinationError.connectionFailed("the daemon closed the connection")
+            // A refused client finds the connection closed under its hello; the daemon's reason
+            // is already waiting to be read.
+            var helloError: (any Error)?
+            do { try Self.write(fd, .hello(.init(clientName: clientName, processID: getpid()))) } catch { helloError = error }
+            guard let reply = try? Self.readOne(fd, &reader) ?? nil else {
+                throw helloError ?? FileCoordinationError.connectionFailed("the daemon closed the connection")
             }
             switch reply {
             case .helloReply(let body): clientID = body.clientID

@@ -66,6 +66,13 @@ final class CommandLineTests: XCTestCase {
         XCTAssertEqual(try String(contentsOf: file, encoding: .utf8), "milk\neggs\n")
         XCTAssertEqual(try containerfs(["coordinate", "--read", file.path, "--", "sh", "-c", "exit 7"]).status, 7)
         XCTAssertEqual(try containerfs(["coordinate", "--read", file.path, "--", "no-such-command-here"]).status, 127)
+        // The command stays in the caller's process group (it keeps the terminal; Ctrl-C reaches it).
+        let groups = try containerfs(["coordinate", "--read", file.path, "--", "sh", "-c",
+                                      "cut -d' ' -f5 /proc/$$/stat /proc/$PPID/stat"])
+        let lines = groups.output.split(separator: "\n")
+        XCTAssertEqual(lines.count, 2, groups.errors)
+        XCTAssertEqual(lines.first, lines.last, "the command's process group and coordinate's")
+        XCTAssertEqual(try containerfs(["coordinate", "--read", file.path, "--", "sh", "-c", "kill -TERM $$"]).status, 128 + 15)
         let bad = try containerfs(["coordinate", "--read", "--write", file.path, "--", "true"])
         XCTAssertNotEqual(bad.status, 0)
         XCTAssertTrue(bad.errors.contains("exactly one"), bad.errors)

@@ -58,18 +58,47 @@ struct CoordinateCommand: ParsableCommand {
         throw ExitCode(status)
     }
 
+    /// Runs the command as system(3) does: in this process group, so that it keeps the terminal
+    /// and Ctrl-C reaches it, while this process ignores SIGINT and SIGQUIT and passes SIGTERM and
+    /// SIGHUP on, so the access is not released while the command still runs.
     private func runCommand() -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = command
-        do {
-            try process.run()
-        } catch {
-            printError("containerfs coordinate: cannot run \(command[0]): \(error)")
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGINT, SIGQUIT, SIGTERM, SIGHUP] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
+        let interrupt = signal(SIGINT, SIG_IGN)
+        let quit = signal(SIGQUIT, SIG_IGN)
+        defer {
+            signal(SIGINT, interrupt)
+            signal(SIGQUIT, quit)
+        }
+        var arguments = command.map { strdup($0) } + [nil]
+        defer { arguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawnp(&pid, command[0], nil, &attributes, &arguments, environ)
+        guard spawned == 0 else {
+            printError("containerfs coordinate: cannot run \(command[0]): \(String(cString: strerror(spawned)))")
             return 127
         }
-        process.waitUntilExit()
-        if process.terminationReason == .uncaughtSignal { return 128 + process.terminationStatus }
-        return process.terminationStatus
+        commandProcess = pid
+        for passedOn in [SIGTERM, SIGHUP] {
+            signal(passedOn) { received in if commandProcess > 0 { kill(commandProcess, received) } }
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else {
+                printError("containerfs coordinate: waiting for \(command[0]): \(String(cString: strerror(errno)))")
+                return 1
+            }
+        }
+        let signalNumber = status & 0x7f
+        return signalNumber == 0 ? (status >> 8) & 0xff : 128 + signalNumber
     }
 }
+
+/// The command's process, for the handlers that pass signals on.
+nonisolated(unsafe) private var commandProcess: pid_t = 0
