@@ -51,6 +51,7 @@ public enum ControlCodec {
     }
 
     static func encodePayload(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
+        if case .presenterMessage(let notice) = message { return try encodeNotice(notice) }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
@@ -114,6 +115,55 @@ public enum ControlCodec {
 
     private static func encode<Body: Encodable>(_ type: MessageType, _ body: Body, _ encoder: JSONEncoder) throws -> [UInt8] {
         Array(try encoder.encode(Envelope(version: protocolVersion, type: type.rawValue, body: body)))
+    }
+
+    /// The last presenter message encoded, with its JSON.
+    private static let lastNotice = Locked<(message: PresenterMessage, json: [UInt8])?>(nil)
+
+    /// A presenter notice, written as the encoder would write it. One operation sends the same
+    /// message to every presenter concerned, hundreds of times when a user holds many presenters:
+    /// the message is encoded once, and only the id and the presenter are written per frame.
+    static func encodeNotice(_ notice: ControlMessage.PresenterNotice) throws(ControlCodecError) -> [UInt8] {
+        var message = lastNotice.withLock { last in last?.message == notice.message ? last?.json : nil }
+        if message == nil {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            do {
+                message = Array(try encoder.encode(notice.message))
+            } catch {
+                throw .malformed("cannot encode presenterMessage: \(error)")
+            }
+            lastNotice.withLock { $0 = (notice.message, message!) }
+        }
+        var payload = Array(#"{"body":{"expectsReply":"#.utf8)
+        payload += notice.expectsReply ? Array("true".utf8) : Array("false".utf8)
+        payload += Array(#","message":"#.utf8)
+        payload += message!
+        payload += Array(#","messageID":"#.utf8)
+        payload += Array(String(notice.messageID.rawValue).utf8)
+        payload += Array(#","presenter":"#.utf8)
+        appendJSONString(notice.presenter.rawValue, to: &payload)
+        payload += Array(#"},"type":"presenterMessage","version":1}"#.utf8)
+        return payload
+    }
+
+    /// A JSON string literal, escaped as JSONEncoder escapes (slashes left alone).
+    static func appendJSONString(_ string: String, to bytes: inout [UInt8]) {
+        let hex = Array("0123456789abcdef".utf8)
+        bytes.append(UInt8(ascii: "\""))
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), byte]
+            case 0x08: bytes += Array(#"\b"#.utf8)
+            case 0x0C: bytes += Array(#"\f"#.utf8)
+            case 0x0A: bytes += Array(#"\n"#.utf8)
+            case 0x0D: bytes += Array(#"\r"#.utf8)
+            case 0x09: bytes += Array(#"\t"#.utf8)
+            case 0..<0x20: bytes += Array(#"\u00"#.utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
     }
 
     /// A short reason for an error report, without echoing large inputs back.

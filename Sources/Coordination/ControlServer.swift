@@ -255,7 +255,11 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         guard let connection = state.withLock({ $0.connections[presenter.owner] }) else { return }
         // A name is told only to a client that could list the directory it is in; a message that
         // would tell another is withheld, and answered for the client if it holds anything up.
-        let listable = { (path: ItemPath) in path.parent.map { self.mayAccess(connection.credentials, $0, false) } ?? true }
+        let listable = { (path: ItemPath) in
+            path.parent.map { directory in
+                connection.mayList(directory) { self.mayAccess(connection.credentials, directory, false) }
+            } ?? true
+        }
         guard message.revealedPaths.allSatisfy(listable) else {
             if message.expectsReply {
                 DispatchQueue.global().async { self.engine.messenger.receiveReply(id, from: presenter.owner, error: nil) }
@@ -364,6 +368,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             if connection.presenters.remove(body.presenter) != nil {
                 state.withLock { $0.shares.removePresenter(connection.credentials.userID) }
             }
+            engine.messenger.forget(PresenterKey(owner: owner, purpose: body.presenter))
             if engine.registry.remove(PresenterKey(owner: owner, purpose: body.presenter)) == nil {
                 connection.enqueue(.error(.init(code: .unknownPresenter, message: "no presenter \(body.presenter)")))
             }
@@ -530,6 +535,10 @@ private final class Connection: @unchecked Sendable {
     private let helloTimeout: Duration
     private let outgoing = Locked(Outgoing())
     private let clientName = Locked<String?>(nil)
+    /// Directories lately found listable or not by this client's user, each answer kept for a
+    /// second (as the kernel keeps attributes): one operation's messages to a client's many
+    /// presenters in a directory then cost one check, not one each.
+    private let listings = Locked<[ItemPath: (allowed: Bool, at: ContinuousClock.Instant)]>([:])
 
     // Queue-confined.
     private var readSource: DispatchSourceRead?
@@ -556,6 +565,17 @@ private final class Connection: @unchecked Sendable {
         self.maxQueuedBytes = server.maxQueuedBytes
         self.helloTimeout = server.helloTimeout
         self.queue = DispatchQueue(label: "containerfs.control.client\(owner.rawValue)")
+    }
+
+    func mayList(_ directory: ItemPath, check: () -> Bool) -> Bool {
+        let now = ContinuousClock.now
+        if let known = listings.withLock({ $0[directory] }), now - known.at < .seconds(1) { return known.allowed }
+        let allowed = check()
+        listings.withLock { answers in
+            if answers.count >= 64 { answers = answers.filter { now - $0.value.at < .seconds(1) } }
+            if answers.count < 64 { answers[directory] = (allowed, now) }
+        }
+        return allowed
     }
 
     var statusRecord: ClientStatus {
@@ -588,14 +608,21 @@ private final class Connection: @unchecked Sendable {
     /// Queues a frame for the client. Never blocks; a client that lets more than the limit pile
     /// up is disconnected.
     func enqueue(_ message: ControlMessage) {
-        let frame: [UInt8]
+        var frame: [UInt8] = []
         do {
             frame = try ControlCodec.encode(message)
         } catch {
-            if case .statusReply = message {
-                return enqueue(.error(.init(code: .internalError, message: "status too large to send")))
+            guard case .statusReply(let status) = message else { return }
+            // Larger than a frame (thousands of presenters): the lists are cut, and say how much.
+            var count = status.longestList / 2
+            while count > 0 {
+                if let cut = try? ControlCodec.encode(.statusReply(status.limited(to: count))) {
+                    frame = cut
+                    break
+                }
+                count /= 2
             }
-            return
+            guard count > 0 else { return enqueue(.error(.init(code: .internalError, message: "status too large to send"))) }
         }
         let accepted = outgoing.withLock { out -> Bool? in
             guard !out.closed else { return nil }

@@ -1,7 +1,9 @@
 
 // Sends presenter messages and waits for replies without blocking any thread, each wait bounded
-// (container semantics, section 3.3): a presenter that does not answer in time counts as having
-// answered, is marked unresponsive in the registry, and gets a shorter wait until it answers again.
+// (docs/coordination.md, "Presenters and messages"): a presenter that does not answer in time counts as
+// having answered and is marked unresponsive; its next message gets a shorter wait, and once that
+// runs out too its messages are sent without waiting until it answers again. So a presenter that
+// never answers costs others one long and one short wait in all, not a wait per operation.
 
 /// Carries messages to the client that owns a presenter (in the daemon: the control socket).
 public protocol PresenterTransport: Sendable {
@@ -32,8 +34,9 @@ public final class Messenger: Sendable {
     public typealias Completion = @Sendable (DeliveryOutcome) -> Void
 
     public let replyTimeout: Duration
-    /// The wait granted to a presenter already marked unresponsive, so that one stuck client does
-    /// not slow every operation by the full timeout.
+    /// The wait granted to a presenter whose last wait ran out, so that one stuck client does
+    /// not slow every operation by the full timeout. A presenter that lets this run out too is
+    /// not waited for until it answers.
     public let unresponsiveReplyTimeout: Duration
 
     private let registry: PresenterRegistry
@@ -57,18 +60,27 @@ public final class Messenger: Sendable {
 
     /// Sends one message; `completion` is called exactly once, possibly before this returns.
     public func send(_ message: PresenterMessage, to presenter: PresenterKey, completion: @escaping Completion) {
-        guard let record = registry.record(presenter) else { return completion(.presenterGone) }
+        guard registry.record(presenter) != nil else { return completion(.presenterGone) }
         guard message.expectsReply else {
             transport.send(message, id: state.withLock { $0.allocateID() }, to: presenter)
             return completion(.notified)
         }
-        let id = state.withLock { pending in
+        let (id, timeout) = state.withLock { pending -> (MessageID, Duration?) in
             let id = pending.allocateID()
-            pending.waiting[id] = PendingReply(presenter: presenter, message: message, completion: completion)
-            return id
+            let timeout: Duration? = switch pending.silences[presenter, default: 0] {
+            case 0: replyTimeout
+            case 1: unresponsiveReplyTimeout
+            default: nil
+            }
+            if timeout == nil {
+                pending.leftUnanswered(id, by: presenter)
+            } else {
+                pending.waiting[id] = PendingReply(presenter: presenter, message: message, completion: completion)
+            }
+            return (id, timeout)
         }
         transport.send(message, id: id, to: presenter)
-        let timeout = record.isUnresponsive ? unresponsiveReplyTimeout : replyTimeout
+        guard let timeout else { return completion(.timedOut) }
         let timer = scheduler.schedule(after: timeout) { [weak self] in self?.expire(id) }
         let stillPending = state.withLock { pending -> Bool in
             guard pending.waiting[id] != nil else { return false }
@@ -99,12 +111,20 @@ public final class Messenger: Sendable {
         batch.finishLaunching()
     }
 
-    /// A client's answer to a message. Replies from anyone but the presenter's own client, and
-    /// late replies, are ignored.
+    /// A client's answer to a message. Replies from anyone but the presenter's own client are
+    /// ignored. A late reply completes nothing, but shows the presenter is back: its next message
+    /// is waited for again (briefly, until it answers one in time).
     public func receiveReply(_ id: MessageID, from owner: OwnerID, error: String? = nil) {
         let answered = state.withLock { pending -> PendingReply? in
-            guard pending.waiting[id]?.presenter.owner == owner else { return nil }
-            return pending.waiting.removeValue(forKey: id)
+            if pending.waiting[id]?.presenter.owner == owner {
+                let answered = pending.waiting.removeValue(forKey: id)!
+                pending.heard(from: answered.presenter, inTime: true)
+                return answered
+            }
+            if let presenter = pending.unanswered[id], presenter.owner == owner {
+                pending.heard(from: presenter, inTime: false)
+            }
+            return nil
         }
         guard let answered else { return }
         answered.timer?.cancel()
@@ -114,10 +134,19 @@ public final class Messenger: Sendable {
         answered.completion(error.map(DeliveryOutcome.failed) ?? .answered)
     }
 
+    /// Forgets what is known of a presenter that was removed.
+    public func forget(_ presenter: PresenterKey) {
+        state.withLock { pending in
+            pending.silences[presenter] = nil
+            if let id = pending.lastUnanswered.removeValue(forKey: presenter) { pending.unanswered[id] = nil }
+        }
+    }
+
     /// Settles every message waiting on `owner`'s presenters at once (its connection closed).
     public func disconnect(_ owner: OwnerID) {
         let dropped = state.withLock { pending -> [PendingReply] in
             let ids = pending.waiting.filter { $0.value.presenter.owner == owner }.map(\.key)
+            pending.forget(owner)
             return ids.compactMap { pending.waiting.removeValue(forKey: $0) }
         }
         for reply in dropped {
@@ -137,7 +166,13 @@ public final class Messenger: Sendable {
     // MARK: - Internals
 
     private func expire(_ id: MessageID) {
-        guard let expired = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        let expired = state.withLock { pending -> PendingReply? in
+            guard let expired = pending.waiting.removeValue(forKey: id) else { return nil }
+            pending.silences[expired.presenter, default: 0] += 1
+            pending.leftUnanswered(id, by: expired.presenter)
+            return expired
+        }
+        guard let expired else { return }
         registry.setUnresponsive(expired.presenter)
         onUnresponsive(expired.presenter, expired.message)
         expired.completion(.timedOut)
@@ -163,6 +198,34 @@ private struct PendingReply: Sendable {
 private struct PendingReplies: Sendable {
     var lastID: UInt64 = 0
     var waiting: [MessageID: PendingReply] = [:]
+    /// Waits in a row that each presenter let run out.
+    var silences: [PresenterKey: Int] = [:]
+    /// The last message each silent presenter left unanswered (both ways), so that a late reply
+    /// is recognised; one per presenter, so a presenter that never answers costs no memory.
+    var unanswered: [MessageID: PresenterKey] = [:]
+    var lastUnanswered: [PresenterKey: MessageID] = [:]
+
+    mutating func leftUnanswered(_ id: MessageID, by presenter: PresenterKey) {
+        if let previous = lastUnanswered.updateValue(id, forKey: presenter) { unanswered[previous] = nil }
+        unanswered[id] = presenter
+    }
+
+    /// An answer in time clears the presenter's record; a late one earns it the short wait.
+    mutating func heard(from presenter: PresenterKey, inTime: Bool) {
+        if inTime {
+            silences[presenter] = nil
+            if let id = lastUnanswered.removeValue(forKey: presenter) { unanswered[id] = nil }
+        } else if let count = silences[presenter], count > 1 {
+            silences[presenter] = 1
+        }
+    }
+
+    mutating func forget(_ owner: OwnerID) {
+        guard !silences.isEmpty || !unanswered.isEmpty else { return }
+        silences = silences.filter { $0.key.owner != owner }
+        unanswered = unanswered.filter { $0.value.owner != owner }
+        lastUnanswered = lastUnanswered.filter { $0.key.owner != owner }
+    }
 
     mutating func allocateID() -> MessageID {
         lastID += 1

@@ -25,6 +25,8 @@ public struct CoordinationStatus: Hashable, Sendable, Codable {
     /// Open write sessions (atomic replace, container semantics section 4), filled in by the
     /// daemon through `ControlServer`'s `writeSessions` hook.
     public var writeSessions: [WriteSessionStatus]?
+    /// Entries left out of each list so that the status fits in one message (absent if none).
+    public var omitted: OmittedEntries?
 
     public init(accesses: [AccessStatus] = [], presenters: [PresenterRecord] = [],
                 pendingMessages: [PendingMessageStatus] = [], clients: [ClientStatus]? = nil,
@@ -42,6 +44,40 @@ public struct CoordinationStatus: Hashable, Sendable, Codable {
     }
 
     public var unresponsivePresenters: [PresenterRecord] { presenters.filter(\.isUnresponsive) }
+
+    /// At most `count` entries of each list, the rest counted in `omitted`.
+    public func limited(to count: Int) -> CoordinationStatus {
+        var limited = self
+        var omitted = self.omitted ?? OmittedEntries()
+        func cut<Entry>(_ list: inout [Entry], _ tally: inout Int) {
+            guard list.count > count else { return }
+            tally += list.count - count
+            list.removeLast(list.count - count)
+        }
+        cut(&limited.accesses, &omitted.accesses)
+        cut(&limited.presenters, &omitted.presenters)
+        cut(&limited.pendingMessages, &omitted.pendingMessages)
+        if limited.clients != nil { cut(&limited.clients!, &omitted.clients) }
+        if limited.writeSessions != nil { cut(&limited.writeSessions!, &omitted.writeSessions) }
+        limited.omitted = omitted == OmittedEntries() ? nil : omitted
+        return limited
+    }
+
+    /// The length of its longest list.
+    public var longestList: Int {
+        [accesses.count, presenters.count, pendingMessages.count, clients?.count ?? 0, writeSessions?.count ?? 0].max()!
+    }
+}
+
+/// How many entries of each list a status left out.
+public struct OmittedEntries: Hashable, Sendable, Codable {
+    public var accesses = 0
+    public var presenters = 0
+    public var pendingMessages = 0
+    public var clients = 0
+    public var writeSessions = 0
+
+    public init() {}
 }
 
 /// One connection of the control socket, with the peer's credentials read at accept.

@@ -172,6 +172,7 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
 
     func removePresenter(_ id: PurposeID) {
         registry.remove(PresenterKey(owner: owner, purpose: id))
+        messenger.forget(PresenterKey(owner: owner, purpose: id))
     }
 
     func itemDidMove(from source: ItemPath, to destination: ItemPath, purpose: PurposeID) {

@@ -97,6 +97,39 @@ final class ControlCodecTests: XCTestCase {
         ])))
     }
 
+    /// Presenter notices are written by hand (the message encoded once per batch): byte for byte
+    /// what JSONEncoder writes, for every kind of message and awkward presenter names.
+    func testPresenterNoticesAreWrittenAsTheEncoderWritesThem() throws {
+        struct Envelope: Encodable {
+            let version = 1
+            let type = "presenterMessage"
+            let body: ControlMessage.PresenterNotice
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let weird = path("Documents").appending(Self.oddName)
+        let messages: [PresenterMessage] = [
+            .relinquishPresentedItemToReader, .relinquishPresentedItemToWriter, .savePresentedItemChanges,
+            .accommodatePresentedItemDeletion, .reacquirePresentedItem, .presentedItemDidChange,
+            .presentedItemDidMove(to: weird), .presentedSubitemDidAppear(at: path("Documents/a b")),
+            .presentedSubitemDidChange(at: weird), .accommodatePresentedSubitemDeletion(at: path("a/b/c")),
+            .presentedSubitemDidMove(from: weird, to: path("Archive/x")),
+        ]
+        let control = String((0..<0x20).map { Character(Unicode.Scalar(UInt8($0))) })
+        let names = ["p", "", "quote\"back\\slash/", control, "\u{7F}ü€😀", "fuse-\(UInt64.max)"]
+        for (index, message) in messages.enumerated() {
+            for name in names {
+                for repeated in 0..<2 {   // the second time from the cache
+                    let notice = ControlMessage.PresenterNotice(messageID: MessageID(UInt64(index * 7 + repeated) << 40),
+                                                                presenter: PurposeID(name), message: message)
+                    let expected = Array(try encoder.encode(Envelope(body: notice)))
+                    XCTAssertEqual(String(decoding: try ControlCodec.encode(.presenterMessage(notice)).dropFirst(4), as: UTF8.self),
+                                   String(decoding: expected, as: UTF8.self))
+                }
+            }
+        }
+    }
+
     func testTruncatedOversizedAndTrailingFrames() throws {
         let good = try ControlCodec.encode(.statusRequest)
         assertDecodeFails([], .truncated(needed: 4, available: 0))

@@ -76,12 +76,56 @@ final class MessengerTests: XCTestCase {
 
         // Once unresponsive, it gets the short wait; answering makes it responsive again.
         let next = send(.savePresentedItemChanges, to: slow)
-        scheduler.advance(by: .milliseconds(300))
-        XCTAssertEqual(next.all, [.timedOut])
-        let third = send(.savePresentedItemChanges, to: slow)
+        scheduler.advance(by: .milliseconds(299))
+        XCTAssertEqual(next.all, [])
         messenger.receiveReply(try XCTUnwrap(transport.sent.all.last).id, from: carol)
-        XCTAssertEqual(third.all, [.answered])
+        XCTAssertEqual(next.all, [.answered])
         XCTAssertEqual(registry.unresponsivePresenters(), [])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+    }
+
+    func testAPresenterThatStaysSilentIsNoLongerWaitedForUntilItAnswers() throws {
+        let first = send(.relinquishPresentedItemToWriter, to: slow)
+        scheduler.advance(by: .seconds(2))
+        let second = send(.relinquishPresentedItemToWriter, to: slow)
+        scheduler.advance(by: .milliseconds(300))
+        XCTAssertEqual(first.all + second.all, [.timedOut, .timedOut])
+
+        // Silent twice: later messages still go out, but nobody waits for them.
+        let third = send(.accommodatePresentedItemDeletion, to: slow)
+        XCTAssertEqual(third.all, [.timedOut])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+        XCTAssertEqual(transport.sent.all.map(\.message).last, .accommodatePresentedItemDeletion)
+        let results = EventLog<[DeliveryResult]>()
+        messenger.deliver([PresenterDelivery(.savePresentedItemChanges, to: slow),
+                           PresenterDelivery(.relinquishPresentedItemToReader, to: slow)]) { results.append($0) }
+        XCTAssertEqual(results.all.first?.map(\.outcome), [.timedOut, .timedOut], "a plan is not held up")
+        XCTAssertEqual(registry.unresponsivePresenters().map(\.key), [slow])
+
+        // A late answer shows it is back: the short wait again, and an answer in time restores the long one.
+        messenger.receiveReply(try XCTUnwrap(transport.sent.all.last).id, from: carol)
+        let fourth = send(.savePresentedItemChanges, to: slow)
+        XCTAssertEqual(fourth.all, [])
+        messenger.receiveReply(try XCTUnwrap(transport.sent.all.last).id, from: carol)
+        XCTAssertEqual(fourth.all, [.answered])
+        let fifth = send(.savePresentedItemChanges, to: slow)
+        scheduler.advance(by: .milliseconds(1999))
+        XCTAssertEqual(fifth.all, [], "the long wait")
+        scheduler.advance(by: .milliseconds(1))
+        XCTAssertEqual(fifth.all, [.timedOut])
+    }
+
+    func testALateReplyFromAnotherClientOrAForgottenPresenterChangesNothing() throws {
+        for wait in [Duration.seconds(2), .milliseconds(300)] {
+            _ = send(.savePresentedItemChanges, to: slow)
+            scheduler.advance(by: wait)
+        }
+        _ = send(.savePresentedItemChanges, to: slow)
+        let unanswered = try XCTUnwrap(transport.sent.all.last).id
+        messenger.receiveReply(unanswered, from: bob)
+        XCTAssertEqual(send(.savePresentedItemChanges, to: slow).all, [.timedOut], "still not waited for")
+        messenger.forget(slow)
+        XCTAssertEqual(send(.savePresentedItemChanges, to: slow).all, [], "a presenter added again starts afresh")
     }
 
     func testNotificationsAreNotWaitedFor() {

@@ -76,18 +76,26 @@ struct StatusReport {
         return "client \(owner.rawValue) (pid \(record.processID))"
     }
 
+    private func more(_ count: Int?) -> [String] {
+        guard let count, count > 0 else { return [] }
+        return ["  ... and \(count) more, not shown (the status is larger than one control message)"]
+    }
+
     var text: String {
         var lines: [String] = []
+        let omitted = status.omitted
         let clients = (status.clients ?? []).filter { $0.owner != excluding }
-        lines.append("Clients: \(clients.count)")
+        lines.append("Clients: \(clients.count + (omitted?.clients ?? 0))")
         for record in clients {
             lines.append("  \(record.owner.rawValue)  pid \(record.processID)  uid \(record.userID)  \(record.clientName ?? "")")
         }
-        lines.append("Presenters: \(status.presenters.count)")
+        lines += more(omitted?.clients)
+        lines.append("Presenters: \(status.presenters.count + (omitted?.presenters ?? 0))")
         for presenter in status.presenters {
             let mark = presenter.isUnresponsive ? "  UNRESPONSIVE" : ""
             lines.append("  \(show(presenter.path))  \(client(presenter.owner))  \(presenter.purpose)\(mark)")
         }
+        lines += more(omitted?.presenters)
         let active = status.accesses.filter { $0.state == .active }
         let waiting = status.accesses.filter { $0.state == .waiting }
         for (title, accesses) in [("Active accesses", active), ("Waiting accesses", waiting)] {
@@ -98,10 +106,12 @@ struct StatusReport {
                 lines.append("  \(kind)  \(show(access.path))  \(client(access.owner))  ticket \(access.ticket.rawValue)")
             }
         }
+        lines += more(omitted?.accesses)
         lines.append("Messages awaiting an answer: \(status.pendingMessages.count)")
         for pending in status.pendingMessages {
             lines.append("  \(pending.message.name) to \(client(pending.presenter.owner)) \(pending.presenter.purpose)")
         }
+        lines += more(omitted?.pendingMessages)
         let sessions = status.writeSessions ?? []
         lines.append("Write sessions: \(status.writeSessions == nil ? "not reported by this daemon" : String(sessions.count))")
         for session in sessions {
@@ -111,6 +121,7 @@ struct StatusReport {
             if session.inPlace { line += "  in place" }
             lines.append(line)
         }
+        lines += more(omitted?.writeSessions)
         let unresponsive = status.unresponsivePresenters
         lines.append("Unresponsive presenters: \(unresponsive.count)")
         for presenter in unresponsive {
