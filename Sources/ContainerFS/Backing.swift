@@ -74,4 +74,24 @@ enum Backing {
     /// The errno of the last failed call, or 0 when `result` says it succeeded.
     @inline(__always)
     static func check(_ result: Int32) -> Int32 { result == -1 ? errno : 0 }
+
+    /// The daemon's umask, which openat, mkdirat and mknodat apply to what they make. The kernel
+    /// has applied the caller's umask to the mode it sends already (no FUSE_CAP_DONT_MASK).
+    static let creationMask: mode_t = {
+        let mask = umask(0o022)
+        umask(mask)
+        return mask
+    }()
+
+    /// Gives back the permission bits of `mode` that the daemon's umask took from the item just
+    /// made, so that it has the mode the caller asked for (with umask 0, 0777 is 0777). Returns 0
+    /// or the errno.
+    static func restorePermissions(_ descriptor: Int32, requested mode: mode_t) -> Int32 {
+        let taken = mode & 0o777 & creationMask
+        guard taken != 0 else { return 0 }
+        let (attributes, error) = attributes(of: descriptor)
+        guard error == 0 else { return error }
+        guard attributes.st_mode & S_IFMT != S_IFLNK else { return 0 }
+        return withProcPath(descriptor) { check(chmod($0, (attributes.st_mode & 0o7777) | taken)) }
+    }
 }

@@ -171,6 +171,7 @@ extension ContainerFileSystem {
                     error = descriptor < 0 ? errno : Permissions.check(opening: flags, descriptor, by: caller)
                 } else if made {
                     error = self.adoptOwnership(of: descriptor, in: parentNode, by: caller)
+                    if error == 0, spareName.isEmpty { error = Backing.restorePermissions(descriptor, requested: mode) }
                     if error != 0, unlinkat(parentNode.descriptor, pointer, 0) != 0 { error = errno }
                 }
                 guard error == 0 else {

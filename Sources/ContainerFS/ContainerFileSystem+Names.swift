@@ -13,9 +13,10 @@ extension ContainerFileSystem {
     }
 
     /// Makes a name with `make` inside a coordinated creation, gives the new item of type `type` to
-    /// the caller (not a hard link's existing one: `type` nil) and answers with its entry.
+    /// the caller (not a hard link's existing one: `type` nil) with the permissions of `mode`, and
+    /// answers with its entry.
     private func makeItem(_ request: FuseRequest, parent: InodeNumber, name: FileName, type: mode_t?,
-                          _ make: @escaping @Sendable (Node, UnsafePointer<CChar>) -> Int32) {
+                          mode: mode_t = 0, _ make: @escaping @Sendable (Node, UnsafePointer<CChar>) -> Int32) {
         let parentNode = nodes.node(parent)
         let denied = creationError(in: parentNode, name: name)
         guard denied == 0 else { return request.reply(error: denied) }
@@ -26,7 +27,9 @@ extension ContainerFileSystem {
             owned.withPointer { pointer in
                 let name = FileName(pointer)
                 var error = Backing.check(make(parentNode, pointer))
-                if error == 0, let type { error = self.adoptMadeItem(pointer, of: type, in: parentNode, by: caller) }
+                if error == 0, let type {
+                    error = self.settleMadeItem(pointer, of: type, mode: mode, in: parentNode, by: caller)
+                }
                 access.end(tookEffect: error == 0)
                 guard error == 0 else { return request.reply(error: error) }
                 self.replyEntry(request, parent: parentNode, name: name)
@@ -34,11 +37,14 @@ extension ContainerFileSystem {
         }
     }
 
-    /// Gives the item just made as `name` to the caller, if it is still the one the daemon made: of
-    /// `type`, the daemon's, empty and linked once (a name someone else replaced meanwhile is left
-    /// alone). An item that cannot be given is removed again, and the creation fails.
-    private func adoptMadeItem(_ name: UnsafePointer<CChar>, of type: mode_t, in parent: Node, by caller: Caller) -> Int32 {
-        guard daemonIsRoot, caller.uid != 0 || caller.gid != 0 else { return 0 }
+    /// Gives the item just made as `name` to the caller, with the permissions of `mode` that the
+    /// daemon's umask took, if it is still the one the daemon made: of `type`, the daemon's, empty
+    /// and linked once (a name someone else replaced meanwhile is left alone). An item that cannot
+    /// be settled is removed again, and the creation fails.
+    private func settleMadeItem(_ name: UnsafePointer<CChar>, of type: mode_t, mode: mode_t, in parent: Node,
+                                by caller: Caller) -> Int32 {
+        let adopting = daemonIsRoot && (caller.uid != 0 || caller.gid != 0)
+        guard adopting || mode & 0o777 & Backing.creationMask != 0 else { return 0 }
         let descriptor = Backing.openPath(name, in: parent.descriptor)
         guard descriptor >= 0 else { return errno }
         defer { close(descriptor) }
@@ -48,22 +54,23 @@ extension ContainerFileSystem {
         guard attributes.st_mode & S_IFMT == type, attributes.st_uid == geteuid(),
               type == S_IFDIR ? attributes.st_nlink <= 2 : attributes.st_nlink == 1,
               type == S_IFDIR || type == S_IFLNK || attributes.st_size == 0 else { return EEXIST }
-        let adopted = adoptOwnership(of: descriptor, in: parent, by: caller)
-        if adopted != 0, unlinkat(parent.descriptor, name, type == S_IFDIR ? AT_REMOVEDIR : 0) != 0 {
+        var settled = adopting ? adoptOwnership(of: descriptor, in: parent, by: caller) : 0
+        if settled == 0 { settled = Backing.restorePermissions(descriptor, requested: mode) }
+        if settled != 0, unlinkat(parent.descriptor, name, type == S_IFDIR ? AT_REMOVEDIR : 0) != 0 {
             return errno
         }
-        return adopted
+        return settled
     }
 
     public func mknod(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, device: dev_t) {
         // Device nodes have no place in an app container.
         let type = mode & S_IFMT
         guard type == S_IFREG || type == S_IFIFO || type == S_IFSOCK else { return request.reply(error: EPERM) }
-        makeItem(request, parent: parent, name: name, type: type) { mknodat($0.descriptor, $1, mode, 0) }
+        makeItem(request, parent: parent, name: name, type: type, mode: mode) { mknodat($0.descriptor, $1, mode, 0) }
     }
 
     public func mkdir(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t) {
-        makeItem(request, parent: parent, name: name, type: S_IFDIR) { mkdirat($0.descriptor, $1, mode) }
+        makeItem(request, parent: parent, name: name, type: S_IFDIR, mode: mode) { mkdirat($0.descriptor, $1, mode) }
     }
 
     public func symlink(_ request: FuseRequest, target: UnsafePointer<CChar>, parent: InodeNumber, name: FileName) {

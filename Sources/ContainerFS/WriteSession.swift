@@ -50,14 +50,8 @@ final class Shadows: @unchecked Sendable {
     private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
     private static let sparesKept = 4
 
-    /// The daemon's umask, which `openat` would apply to a new file's mode (read at start, when no
-    /// other thread makes files).
-    private let creationMask: mode_t
-
     init(directory: Int32) {
         self.directory = directory
-        creationMask = umask(0o022)
-        umask(creationMask)
     }
 
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
@@ -99,7 +93,7 @@ final class Shadows: @unchecked Sendable {
         var directoryAttributes = stat()
         guard fstat(parent, &directoryAttributes) == 0,
               directoryAttributes.st_mode & S_ISGID == 0 || fchown(spare.descriptor, uid_t.max, directoryAttributes.st_gid) == 0,
-              fchmod(spare.descriptor, mode & 0o7777 & ~creationMask) == 0,
+              fchmod(spare.descriptor, mode & 0o7777) == 0,   // the caller's umask is applied already
               linkat(directory, spare.name, parent, name, 0) == 0 else {
             // Its mode or group may have changed: not a spare any more.
             let error = errno

@@ -21,6 +21,25 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
+    func testNewItemsHaveTheModeAskedForWhateverTheDaemonsUmask() {
+        // The kernel applies the caller's umask; the daemon's own (022 here) must not be applied again.
+        XCTAssertNotEqual(Self.daemonUmask, 0, "the daemon's umask would hide the difference")
+        everywhere("""
+        umask 0
+        python3 -c 'import os; os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o777)); os.mkfifo("p", 0o666)'
+        mkdir d0 && : > f0
+        umask 002 && mkdir d2 && : > f2
+        umask 077 && mkdir d7 && : > f7
+        stat -c '%a %n' f p d0 f0 d2 f2 d7 f7
+        """, expected: "777 f\n666 p\n777 d0\n666 f0\n775 d2\n664 f2\n700 d7\n600 f7\n")
+    }
+
+    private static let daemonUmask: mode_t = {
+        let mask = umask(0o022)
+        umask(mask)
+        return mask
+    }()
+
     func testRewritingPartOfASparseFileKeepsItsHoles() {
         // A write-only open without truncation (dd opens read-write) is a rewrite, published
         // whole; its copy of the file must not fill the holes.
