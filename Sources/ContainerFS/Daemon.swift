@@ -37,7 +37,7 @@ public struct MountConfiguration {
 /// Mounts a store, serves it until unmounted or signalled, and takes the mount down cleanly.
 public enum Daemon {
     public static func run(_ configuration: MountConfiguration, logger: Logger) throws {
-        raiseOpenFileLimit()
+        raiseOpenFileLimit(sharedWithOthers: configuration.fuseOptions.contains("allow_other"), logger: logger)
         try Preflight.checkFuseDevice()
         if geteuid() != 0 { try Preflight.checkFusermount() }
         let mountPoint = Store.absolute(configuration.mountPoint)
@@ -128,12 +128,26 @@ public enum Daemon {
     }
 
     /// The node table holds a descriptor per directory the kernel knows, and each open file one:
-    /// allow as many as the system lets us.
-    private static func raiseOpenFileLimit() {
+    /// allow as many as the hard limit lets us (the administrator's to raise: the systemd unit sets
+    /// LimitNOFILE). Shared with other users, a low limit is theirs to exhaust: say so.
+    private static func raiseOpenFileLimit(sharedWithOthers: Bool, logger: Logger) {
         var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else {
+            return logger.warning("cannot read the descriptor limit", metadata: ["errno": "\(errno)"])
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+                logger.warning("cannot raise the descriptor limit", metadata: ["errno": "\(errno)"])
+            }
+        }
+        if sharedWithOthers, limit.rlim_max < 1 << 20 {
+            logger.warning("""
+                the daemon may hold \(limit.rlim_max) descriptors; with allow_other, one user who looks up \
+                that many directories or holds that many files open makes others' opens fail (EMFILE). \
+                Raise the hard limit (LimitNOFILE=1048576 in a systemd unit, prlimit --nofile).
+                """)
+        }
     }
 
     /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.
