@@ -235,53 +235,41 @@ def steps(directory, model):
     after the step's sync returned. Yields each step's description."""
     d = lambda name: os.path.join(directory, name)
 
-    model.wrote("new", b"new file v1")
-    write_file(d("new"), b"new file v1", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    fsync_path(directory)
-    model.sync("new")
+    def made(name, content, flags):
+        """A new file written and synced, and its directory synced."""
+        model.wrote(name, content)
+        write_file(d(name), content, flags)
+        fsync_path(directory)
+        model.sync(name)
+
+    def changed(name, content, flags, becomes=None, sync=os.fsync):
+        """`content` written through `flags` and synced; the file then holds `becomes`."""
+        model.wrote(name, becomes if becomes is not None else content)
+        write_file(d(name), content, flags, sync=sync)
+        model.sync(name)
+
+    made("new", b"new file v1", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     yield "a new file, fsync, fsync of its directory"
 
-    model.wrote("new", b"rewrite v2")
-    write_file(d("new"), b"rewrite v2", os.O_WRONLY | os.O_TRUNC)
-    model.sync("new")
+    changed("new", b"rewrite v2", os.O_WRONLY | os.O_TRUNC)
     yield "an O_TRUNC rewrite, fsync"
 
-    model.wrote("new", b"rewrite v3 by fdatasync")
-    write_file(d("new"), b"rewrite v3 by fdatasync", os.O_WRONLY | os.O_TRUNC, sync=os.fdatasync)
-    model.sync("new")
+    changed("new", b"rewrite v3 by fdatasync", os.O_WRONLY | os.O_TRUNC, sync=os.fdatasync)
     yield "an O_TRUNC rewrite, fdatasync"
 
-    model.wrote("patched", b"0123456789")
-    write_file(d("patched"), b"0123456789", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    fsync_path(directory)
-    model.sync("patched")
-    model.wrote("patched", b"ABC3456789")
-    write_file(d("patched"), b"ABC", os.O_WRONLY)
-    model.sync("patched")
+    made("patched", b"0123456789", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    changed("patched", b"ABC", os.O_WRONLY, becomes=b"ABC3456789")
     yield "a write-only change without truncation, fsync"
 
-    model.wrote("db", b"page one")
-    write_file(d("db"), b"page one", os.O_RDWR | os.O_CREAT)
-    fsync_path(directory)
-    model.sync("db")
-    model.wrote("db", b"PAGE one")
-    write_file(d("db"), b"PAGE", os.O_RDWR)
-    model.sync("db")
+    made("db", b"page one", os.O_RDWR | os.O_CREAT)
+    changed("db", b"PAGE", os.O_RDWR, becomes=b"PAGE one")
     yield "a read-write change in place, fsync"
 
-    model.wrote("log", b"line 1\n")
-    write_file(d("log"), b"line 1\n", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    fsync_path(directory)
-    model.sync("log")
-    model.wrote("log", b"line 1\nline 2\n")
-    write_file(d("log"), b"line 2\n", os.O_WRONLY | os.O_APPEND, sync=os.fdatasync)
-    model.sync("log")
+    made("log", b"line 1\n", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    changed("log", b"line 2\n", os.O_WRONLY | os.O_APPEND, becomes=b"line 1\nline 2\n", sync=os.fdatasync)
     yield "an append, fdatasync"
 
-    model.wrote("saved", b"editor v1")
-    write_file(d("saved"), b"editor v1", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    fsync_path(directory)
-    model.sync("saved")
+    made("saved", b"editor v1", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     write_file(d(".saved.swp"), b"editor v2", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     model.wrote("saved", b"editor v2")
     os.rename(d(".saved.swp"), d("saved"))
