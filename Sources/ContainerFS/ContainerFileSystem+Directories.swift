@@ -41,7 +41,8 @@ extension ContainerFileSystem {
             let added = withUnsafePointer(to: &entry.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { name in
                     addEntry(name, ino: entry.pointee.d_ino, type: entry.pointee.d_type,
-                             nextOffset: entry.pointee.d_off, parent: parent, plus: plus, to: &buffer)
+                             nextOffset: entry.pointee.d_off, parent: parent, plus: plus, for: request.caller.uid,
+                             to: &buffer)
                 }
             }
             guard added else { break }
@@ -53,7 +54,7 @@ extension ContainerFileSystem {
 
     /// Adds one entry to a listing; for readdirplus it is also a lookup. False when it does not fit.
     private func addEntry(_ name: UnsafePointer<CChar>, ino: ino_t, type: UInt8, nextOffset: off_t, parent: Node,
-                          plus: Bool, to buffer: inout DirectoryBuffer) -> Bool {
+                          plus: Bool, for uid: uid_t, to buffer: inout DirectoryBuffer) -> Bool {
         let fileName = FileName(name)
         guard buffer.fits(nameLength: fileName.length, plus: plus) else { return false }
         guard plus else {
@@ -64,10 +65,14 @@ extension ContainerFileSystem {
             return buffer.add(name: name, attributes: &attributes, nextOffset: nextOffset)
         }
         var entry = fuse_entry_param()
-        if fileName.isDotOrDotDot {
+        let error = fileName.isDotOrDotDot ? 0 : lookupEntry(parent: parent, name: fileName, entry: &entry, for: uid)
+        if fileName.isDotOrDotDot || error == EMFILE {
+            // Listed without a lookup (node id 0; past the user's share of descriptors too): the
+            // kernel keeps no inode for it.
+            entry = fuse_entry_param()
             entry.attr.st_ino = ino
             entry.attr.st_mode = mode_t(type) << 12
-        } else if lookupEntry(parent: parent, name: fileName, entry: &entry) != 0 {
+        } else if error != 0 {
             // Gone since it was listed: leave it out.
             return true
         }

@@ -184,7 +184,8 @@ extension ContainerFileSystem {
                 let opened = Backing.attributes(of: descriptor)
                 let key = BackingKey(opened.0)
                 var entry = fuse_entry_param()
-                error = opened.1 != 0 ? opened.1 : self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key)
+                error = opened.1 != 0 ? opened.1 : self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key,
+                                                                           for: caller.uid)
                 guard error == 0 else {
                     close(descriptor)
                     self.shadows.dropSpareLink(spareName)
@@ -223,7 +224,8 @@ extension ContainerFileSystem {
                     if sessionError == ESTALE, node.isDetached {
                         // Left to its cached readers: the name gets a node for this writer.
                         self.forget(entry.ino, count: 1)
-                        sessionError = self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key)
+                        sessionError = self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key,
+                                                        for: caller.uid)
                         guard sessionError == 0 else { return request.reply(error: sessionError) }
                         writtenNode = self.nodes.node(entry.ino)
                         sessionError = self.joinSession(of: writtenNode, truncating: truncating, access: nil)
@@ -251,7 +253,8 @@ extension ContainerFileSystem {
                 return (node, path)
             }
             forget(entry.ino, count: 1)
-            guard attempt == 0, lookupEntry(parent: parent, name: name, entry: &entry) == 0 else { break }
+            // A regular file: no descriptor for it, so nobody's share to count against.
+            guard attempt == 0, lookupEntry(parent: parent, name: name, entry: &entry, for: 0) == 0 else { break }
             node = nodes.node(entry.ino)
         }
         return nil

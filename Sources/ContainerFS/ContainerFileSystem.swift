@@ -96,10 +96,12 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         attributes.st_mode = Policy.visibleMode(mode, of: node.zone, isDirectory: mode & S_IFMT == S_IFDIR)
     }
 
-    /// Looks `name` up in `parent`, counting a kernel reference to it on success.
-    /// With `expected`, the name must still be that item (ESTALE if someone took it meanwhile; the
-    /// kernel then looks it up again).
-    func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param, expected: BackingKey? = nil) -> Int32 {
+    /// Looks `name` up in `parent` for a request of `uid`, counting a kernel reference to it on
+    /// success. With `expected`, the name must still be that item (ESTALE if someone took it
+    /// meanwhile; the kernel then looks it up again). EMFILE if it is a directory new to the
+    /// table and `uid` holds its share of the daemon's descriptors (`DescriptorShares`).
+    func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param, expected: BackingKey? = nil,
+                     for uid: uid_t) -> Int32 {
         var attributes = stat()
         guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
         if let expected, BackingKey(attributes) != expected { return ESTALE }
@@ -116,7 +118,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             }
         }
         let zone = parent.zone.child(named: name.bytes)
-        let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent, name: name)
+        guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
+                                        name: name, for: uid) else { return EMFILE }
         if attributes.st_nlink > 1, node.isRegularFile, node.isWrittenFresh { attributes.st_nlink -= 1 }
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
@@ -129,7 +132,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// Answers a request that made `name` in `parent` with its entry.
     func replyEntry(_ request: FuseRequest, parent: Node, name: FileName) {
         var entry = fuse_entry_param()
-        let error = lookupEntry(parent: parent, name: name, entry: &entry)
+        let error = lookupEntry(parent: parent, name: name, entry: &entry, for: request.caller.uid)
         error == 0 ? request.reply(entry: &entry) : request.reply(error: error)
     }
 

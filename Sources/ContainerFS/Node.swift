@@ -328,6 +328,9 @@ final class NodeTable: @unchecked Sendable {
         var nextAlias: UInt64 = 1 << 48
         /// The most nodes indexed since memory was last given back (see `forget`).
         var peak = 0
+        /// Directory descriptors held per user, and whose lookup made each node that holds one.
+        var shares = DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max)
+        var charged: [ObjectIdentifier: uid_t] = [:]
 
         /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
         /// number has lost it (the number was reused), and must never stand for the new one.
@@ -375,8 +378,10 @@ final class NodeTable: @unchecked Sendable {
 
     /// Counts one more kernel reference to the backing item with `attributes`, seen as `name` in
     /// `parent`, adding a node for it if it has none. `descriptor` is a directory's `O_PATH`
-    /// descriptor (-1 for other items): a new node owns it; otherwise it is closed.
-    func remember(descriptor: Int32, attributes: stat, zone: Zone, parent: Node, name: FileName) -> Node {
+    /// descriptor (-1 for other items): a new node owns it, counted against the share of `uid`
+    /// (whose request looked it up); otherwise it is closed. Nil (and closed) past that share.
+    func remember(descriptor: Int32, attributes: stat, zone: Zone, parent: Node, name: FileName,
+                  for uid: uid_t) -> Node? {
         let key = BackingKey(attributes)
         if key == root.key {
             if descriptor >= 0 { close(descriptor) }
@@ -384,7 +389,7 @@ final class NodeTable: @unchecked Sendable {
         }
         var confirmed: Node?
         while true {
-            let (found, counted) = state.withLock { state -> (Node, Bool) in
+            let (found, counted) = state.withLock { state -> (Node?, Bool) in
                 // A node of another type has a reused inode number: its item is gone.
                 if let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT {
                     let placed = existing.parent === parent && existing.name.elementsEqual(name.bytes)
@@ -395,6 +400,12 @@ final class NodeTable: @unchecked Sendable {
                     if existing.zone != zone { existing.zone = zone }
                     return (existing, true)
                 }
+                if descriptor >= 0 {
+                    guard state.shares.take(uid) else {
+                        close(descriptor)
+                        return (nil, true)
+                    }
+                }
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
                                 zone: zone, parent: parent, name: name.copy)
                 node.lookups = 1
@@ -402,8 +413,10 @@ final class NodeTable: @unchecked Sendable {
                 // The kernel's references keep the node alive, whatever the index says later.
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)
+                if descriptor >= 0, DescriptorShares.isCounted(uid) { state.charged[ObjectIdentifier(node)] = uid }
                 return (node, true)
             }
+            guard let found else { return nil }
             if counted { return found }
             // Seen elsewhere last: the same item under another name (a hard link), or a node whose
             // item is gone and whose inode number now belongs to this one (then it is dropped).
@@ -427,6 +440,7 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            if let uid = state.charged.removeValue(forKey: ObjectIdentifier(node)) { state.shares.give(uid) }
             return (true, state.shrinkIfFarBelowPeak())
         }
         if forgotten { release(node) }
