@@ -7,6 +7,7 @@ import Glibc
 // Directories, and the calls that are not about one file.
 extension ContainerFileSystem {
     public func opendir(_ request: FuseRequest, inode: InodeNumber, file: FileInfo) {
+        guard let charge = nodes.chargeHandle(for: request.caller.uid) else { return request.reply(error: EMFILE) }
         let descriptor = openat(nodes.node(inode).descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { return request.reply(error: errno) }
         guard let stream = fdopendir(descriptor) else {
@@ -14,7 +15,7 @@ extension ContainerFileSystem {
             close(descriptor)
             return request.reply(error: error)
         }
-        Handle.store(DirectoryStream(stream: stream), in: file)
+        Handle.store(DirectoryStream(stream: stream, charge: charge), in: file)
         request.reply(opened: file)
     }
 

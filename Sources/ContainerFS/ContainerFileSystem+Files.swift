@@ -26,6 +26,7 @@ extension ContainerFileSystem {
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
         guard !isStale(node) else { return request.reply(error: ESTALE) }
+        guard let charge = nodes.chargeHandle(for: request.caller.uid) else { return request.reply(error: EMFILE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
         // A writer that does not truncate shares the file live, and so does every open while it does.
@@ -44,7 +45,7 @@ extension ContainerFileSystem {
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
-                info.reply(request, with: self.sessionHandle(for: node, flags: flags), cache: .bypass)
+                info.reply(request, with: self.sessionHandle(for: node, flags: flags, charge: charge), cache: .bypass)
             }
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
@@ -55,7 +56,7 @@ extension ContainerFileSystem {
             guard node.isRegularFile else {
                 let descriptor = openFile()
                 guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
-                return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access), cache: .refill)
+                return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access, charge: charge), cache: .refill)
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
@@ -63,7 +64,7 @@ extension ContainerFileSystem {
                                                            writable: Policy.write(node.zone) == 0, in: self.nodes,
                                                            openFile) else { return self.fail(request, ESTALE, access: access) }
             guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
-            self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access),
+            self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access, charge: charge),
                        writing: writing)
         }
     }
@@ -132,8 +133,9 @@ extension ContainerFileSystem {
 
     /// A handle writing through its node's session. Writers bypass the page cache: their writes go
     /// to the shadow, never to pages of the published version.
-    private func sessionHandle(for node: Node, flags: Int32) -> OpenFile {
-        OpenFile(descriptor: -1, node: node, writesThroughSession: true, appends: flags & O_APPEND != 0, access: nil)
+    private func sessionHandle(for node: Node, flags: Int32, charge: DescriptorCharge) -> OpenFile {
+        OpenFile(descriptor: -1, node: node, writesThroughSession: true, appends: flags & O_APPEND != 0, access: nil,
+                 charge: charge)
     }
 
     public func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo) {
@@ -143,6 +145,7 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
         let owned = OwnedName(name)
         let caller = request.caller
+        guard let charge = nodes.chargeHandle(for: caller.uid) else { return request.reply(error: EMFILE) }
         let flags = (file.flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC) & ~O_PATH
         let info = FileInfoCopy(file)
         coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: false,
@@ -202,7 +205,7 @@ extension ContainerFileSystem {
                         access.end(tookEffect: false)
                         return request.reply(error: ESTALE)
                     }
-                    let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: path, access: access)
+                    let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: path, access: access, charge: charge)
                     if truncating, ftruncate(descriptor, 0) != 0 {
                         let error = errno
                         writtenNode.closeHandle(path, passthrough: nil)
@@ -235,7 +238,7 @@ extension ContainerFileSystem {
                     self.forget(entry.ino, count: 1)
                     return request.reply(error: sessionError)
                 }
-                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: writtenNode, flags: flags),
+                info.replyCreated(request, entry: &entry, with: self.sessionHandle(for: writtenNode, flags: flags, charge: charge),
                                   cache: .bypass)
             }
         }

@@ -1,4 +1,5 @@
 import Glibc
+import Coordination
 
 /// How many of the daemon's descriptors each user's lookups hold (docs/policy.md, "Descriptors are shared out").
 /// A directory the kernel knows costs the daemon a descriptor until the kernel forgets it; with
@@ -42,5 +43,29 @@ struct DescriptorShares: Sendable {
         guard let mine = held[uid] else { return }
         held[uid] = mine > 1 ? mine - 1 : nil
         heldByUsers -= 1
+    }
+}
+
+/// One descriptor counted against a user's share, given back when the handle that holds it goes.
+final class DescriptorCharge: Sendable {
+    private let uid: uid_t
+    private let shares: Locked<DescriptorShares>?
+
+    /// For users whose descriptors are not counted (root, the daemon's own).
+    static let uncounted = DescriptorCharge(uid: 0, shares: nil)
+
+    /// Counts one descriptor for `uid` in `shares`; nil past its share.
+    static func take(_ uid: uid_t, from shares: Locked<DescriptorShares>) -> DescriptorCharge? {
+        guard DescriptorShares.isCounted(uid) else { return uncounted }
+        return shares.withLock { $0.take(uid) } ? DescriptorCharge(uid: uid, shares: shares) : nil
+    }
+
+    private init(uid: uid_t, shares: Locked<DescriptorShares>?) {
+        self.uid = uid
+        self.shares = shares
+    }
+
+    deinit {
+        shares?.withLock { $0.give(uid) }
     }
 }

@@ -35,8 +35,12 @@ final class OpenFile {
         return attributes.st_ctim.tv_sec != before.tv_sec || attributes.st_ctim.tv_nsec != before.tv_nsec
     }
 
+    /// The descriptor counted against its user's share, given back with the handle.
+    private let charge: DescriptorCharge
+
     init(descriptor: Int32, node: Node, writesThroughSession: Bool = false, appends: Bool = false,
-         path: OpenPath? = nil, access: CoordinatedAccess?) {
+         path: OpenPath? = nil, access: CoordinatedAccess?, charge: DescriptorCharge) {
+        self.charge = charge
         self.descriptor = descriptor
         self.node = node
         self.writesThroughSession = writesThroughSession
@@ -58,8 +62,13 @@ final class DirectoryStream {
     var offset: off_t = 0
     /// An entry read but not yet sent, because it did not fit in the last answer.
     var pending: UnsafeMutablePointer<dirent>?
+    /// The descriptor counted against its user's share, given back with the stream.
+    private let charge: DescriptorCharge
 
-    init(stream: OpaquePointer) { self.stream = stream }
+    init(stream: OpaquePointer, charge: DescriptorCharge) {
+        self.stream = stream
+        self.charge = charge
+    }
 
     deinit { closedir(stream) }
 }

@@ -328,8 +328,7 @@ final class NodeTable: @unchecked Sendable {
         var nextAlias: UInt64 = 1 << 48
         /// The most nodes indexed since memory was last given back (see `forget`).
         var peak = 0
-        /// Directory descriptors held per user, and whose lookup made each node that holds one.
-        var shares = DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max)
+        /// Whose lookup made each node that holds a directory's descriptor (counted in `shares`).
         var charged: [ObjectIdentifier: uid_t] = [:]
 
         /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
@@ -360,6 +359,14 @@ final class NodeTable: @unchecked Sendable {
     }
 
     private let state = Locked(State())
+    /// The daemon's descriptors held per user: directories' nodes and open handles. Taken inside
+    /// `state`'s lock, never the other way round.
+    let shares = Locked(DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max))
+
+    /// Counts one descriptor for a handle of `uid`'s; nil past its share (EMFILE).
+    func chargeHandle(for uid: uid_t) -> DescriptorCharge? {
+        DescriptorCharge.take(uid, from: shares)
+    }
 
     init(root: Node) {
         self.root = root
@@ -401,7 +408,7 @@ final class NodeTable: @unchecked Sendable {
                     return (existing, true)
                 }
                 if descriptor >= 0 {
-                    guard state.shares.take(uid) else {
+                    guard shares.withLock({ $0.take(uid) }) else {
                         close(descriptor)
                         return (nil, true)
                     }
@@ -440,7 +447,7 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if let uid = state.charged.removeValue(forKey: ObjectIdentifier(node)) { state.shares.give(uid) }
+            if let uid = state.charged.removeValue(forKey: ObjectIdentifier(node)) { shares.withLock { $0.give(uid) } }
             return (true, state.shrinkIfFarBelowPeak())
         }
         if forgotten { release(node) }

@@ -41,6 +41,10 @@ final class DescriptorSharesMountedTests: MountedTestCase {
                                                             withIntermediateDirectories: true)
                 }
             }
+            try FileManager.default.createDirectory(atPath: documents + "/files", withIntermediateDirectories: true)
+            for index in 0..<Self.directories {
+                try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: "\(documents)/files/f\(index)"))
+            }
         }
     }
 
@@ -81,5 +85,33 @@ final class DescriptorSharesMountedTests: MountedTestCase {
         '
         """, in: home)
         XCTAssertEqual(again.output, "looked up\n", again.error)
+    }
+
+    func testAUserHoldingFilesOpenPastItsShareGetsEMFILEAndRootGoesOn() {
+        // The user holds 400 files open (its own limit allows that) while root opens 150 and reads them.
+        let result = Shell.run("""
+        report=$(mktemp -d) && chmod 777 "$report"
+        setpriv --reuid=4242 --regid=4242 --clear-groups /usr/bin/python3 -c '
+        import errno, os, sys, time
+        held, refused = [], 0
+        for index in range(\(Self.directories)):
+            try:
+                held.append(open("Documents/files/f%d" % index, "rb"))
+            except OSError as e:
+                assert e.errno == errno.EMFILE, e
+                refused += 1
+        open(sys.argv[1] + "/user", "w").write("%s %s\\n" % (refused > 0, len(held) > 200))
+        time.sleep(60)
+        ' "$report" &
+        user=$!
+        for _ in $(seq 300); do [ -e "$report/user" ] && break; sleep 0.1; done
+        python3 -c '
+        kept = [open("Documents/files/f%d" % index, "rb") for index in range(150)]
+        print("root read", kept[149].read().decode(), end="")
+        '
+        kill $user; wait $user 2>/dev/null
+        cat "$report/user"; rm -rf "$report"
+        """, in: home)
+        XCTAssertEqual(result.output, "root read file 149\nTrue True\n", result.error)
     }
 }
