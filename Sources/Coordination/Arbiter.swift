@@ -17,6 +17,9 @@ public struct AccessGrant: Hashable, Sendable {
     public let owner: OwnerID
     public let purpose: PurposeID
     public let accesses: [ItemAccess]
+    /// Granted inside an access its owner holds already (`joinsOwnersAccesses`): presenters made
+    /// way for that one.
+    public var joinedOwnersAccess = false
 }
 
 /// One access of a waiting or active request, for status output.
@@ -79,6 +82,7 @@ public final class Arbiter: Sendable {
                         timeout: Duration? = nil, joinsOwnersAccesses: Bool = false,
                         completion: @escaping Completion) -> AccessTicket {
         let locks = accesses.map(lock(for:))
+        var joined = false
         let (ticket, grantedAtOnce) = state.withLock { state -> (AccessTicket, Bool) in
             state.nextTicket += 1
             let request = Request(ticket: AccessTicket(state.nextTicket), owner: owner, purpose: purpose,
@@ -86,8 +90,8 @@ public final class Arbiter: Sendable {
                                   completion: completion)
             // A newcomer waits behind every earlier waiter it conflicts with, not only behind the
             // holders: this is what keeps a stream of readers from starving a writer.
-            if (joinsOwnersAccesses && state.ownerCovers(request))
-                || state.isGrantable(request, blockedBy: state.waiting) {
+            joined = joinsOwnersAccesses && state.ownerCovers(request)
+            if joined || state.isGrantable(request, blockedBy: state.waiting) {
                 state.active[request.ticket] = request
                 return (request.ticket, true)
             }
@@ -95,7 +99,8 @@ public final class Arbiter: Sendable {
             return (request.ticket, false)
         }
         if grantedAtOnce {
-            completion(.success(AccessGrant(ticket: ticket, owner: owner, purpose: purpose, accesses: accesses)))
+            completion(.success(AccessGrant(ticket: ticket, owner: owner, purpose: purpose, accesses: accesses,
+                                            joinedOwnersAccess: joined)))
         } else if let timeout {
             let timer = scheduler.schedule(after: timeout) { [weak self] in
                 self?.finishWaiting(ticket, with: .timedOut)

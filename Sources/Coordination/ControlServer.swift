@@ -336,6 +336,17 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             if state.ownersByPID[pid]?.isEmpty == true { state.ownersByPID.removeValue(forKey: pid) }
             state.ownerCache.removeAll()
         }
+        // Presenters that made way for this client's accesses reacquire; the arbiter lets go below.
+        let held = connection.requests.withLock { requests in
+            defer { requests.removeAll() }
+            return Array(requests.values)
+        }
+        for entry in held {
+            switch entry {
+            case .granted(_, let reacquire), .asking(_, let reacquire, _): engine.messenger.deliver(reacquire) { _ in }
+            case .waiting, .requesting: break
+            }
+        }
         engine.disconnect(connection.owner)
         log("control client \(connection.owner) disconnected: \(reason)")
     }
@@ -379,7 +390,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 return connection.enqueue(.error(.init(code: .unknownRequest, message: "no request \(body.requestID)")))
             }
             switch entry {
-            case .granted(let ticket): engine.arbiter.release(ticket)
+            case .granted(let ticket, let reacquire), .asking(let ticket, let reacquire, _):
+                endGranted(ticket, reacquire: reacquire)
             case .waiting(let ticket): engine.arbiter.cancel(ticket)
             case .requesting: break
             }
@@ -387,13 +399,18 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             // Unknown ids are ignored: a cancel may cross a denial on the wire.
             let entry = connection.requests.withLock { requests -> RequestEntry? in
                 guard let entry = requests[body.requestID] else { return nil }
-                if case .granted = entry { requests.removeValue(forKey: body.requestID) }
+                switch entry {
+                case .granted: requests.removeValue(forKey: body.requestID)
+                case .asking(let ticket, let reacquire, _):   // denied once the presenters answered
+                    requests[body.requestID] = .asking(ticket, reacquire: reacquire, cancelled: true)
+                case .waiting, .requesting: break
+                }
                 return entry
             }
             switch entry {
             case .waiting(let ticket)?: engine.arbiter.cancel(ticket)   // answered by denied(cancelled)
-            case .granted(let ticket)?: engine.arbiter.release(ticket)
-            case .requesting?, nil: break
+            case .granted(let ticket, let reacquire)?: endGranted(ticket, reacquire: reacquire)
+            case .asking?, .requesting?, nil: break
             }
         case .presenterReply(let body):
             engine.messenger.receiveReply(body.messageID, from: owner, error: body.error)
@@ -425,17 +442,27 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         if let admission { return deny(.invalidRequest, admission) }
         let arbiter = engine.arbiter
         let ticket = arbiter.request(body.accesses, owner: connection.owner, purpose: body.purpose,
-                                     timeout: body.timeout) { [weak connection] result in
+                                     timeout: body.timeout) { [weak connection, self] result in
             switch result {
             case .success(let grant):
+                // As Apple's coordinators: the other presenters (the client's own included, but for
+                // the coordinator's) make way before the accessor runs, and reacquire once it ends.
+                // What changed meanwhile they hear from the filesystem.
+                let initiator = Initiator(presenter: PresenterKey(owner: grant.owner, purpose: body.purpose))
+                let plans = body.accesses.map {
+                    AccessPlan(access: $0, initiator: initiator, registry: engine.registry, exists: { _ in true })
+                }
+                let reacquire = plans.flatMap(\.reacquire)
                 let kept = connection?.requests.withLock { requests -> Bool in
                     guard requests[id] != nil else { return false }
-                    requests[id] = .granted(grant.ticket)
+                    requests[id] = .asking(grant.ticket, reacquire: reacquire, cancelled: false)
                     return true
                 } ?? false
                 // Released or cancelled while the grant was on its way, or the client is gone.
                 guard kept, let connection else { return arbiter.release(grant.ticket) }
-                connection.enqueue(.granted(.init(requestID: id)))
+                engine.messenger.deliver(plans.flatMap(\.before)) { [weak connection, self] _ in
+                    self.presentersMadeWay(for: id, of: connection)
+                }
             case .failure(let error):
                 _ = connection?.requests.withLock { $0.removeValue(forKey: id) }
                 connection?.enqueue(.denied(.init(requestID: id, reason: .init(error))))
@@ -444,6 +471,34 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         connection.requests.withLock { requests in
             if case .requesting? = requests[id] { requests[id] = .waiting(ticket) }
         }
+    }
+
+    /// A client's access is granted once the presenters made way: unless it was cancelled meanwhile.
+    private func presentersMadeWay(for id: UInt64, of connection: Connection?) {
+        guard let connection else { return }
+        enum Outcome { case grant, cancel(AccessTicket, [PresenterDelivery]), ended }
+        let outcome = connection.requests.withLock { requests -> Outcome in
+            // Not asking any more: released, or the client is gone, and ended there.
+            guard case .asking(let ticket, let reacquire, let cancelled)? = requests[id] else { return .ended }
+            if cancelled {
+                requests.removeValue(forKey: id)
+                return .cancel(ticket, reacquire)
+            }
+            requests[id] = .granted(ticket, reacquire: reacquire)
+            return .grant
+        }
+        switch outcome {
+        case .grant: connection.enqueue(.granted(.init(requestID: id)))
+        case .cancel(let ticket, let reacquire):
+            endGranted(ticket, reacquire: reacquire)
+            connection.enqueue(.denied(.init(requestID: id, reason: .init(CoordinationError.cancelled))))
+        case .ended: break
+        }
+    }
+
+    /// Ends a client's granted access: presenters reacquire, then the arbiter lets waiters in.
+    private func endGranted(_ ticket: AccessTicket, reacquire: [PresenterDelivery]) {
+        engine.messenger.deliver(reacquire) { [engine] _ in engine.arbiter.release(ticket) }
     }
 
     private func removeStaleSocket() throws(ControlServerError) {
@@ -515,7 +570,9 @@ private enum RequestEntry {
     /// `Arbiter.request` has not returned yet.
     case requesting
     case waiting(AccessTicket)
-    case granted(AccessTicket)
+    /// Granted by the arbiter; the presenters are asked to make way (a cancel meanwhile is noted).
+    case asking(AccessTicket, reacquire: [PresenterDelivery], cancelled: Bool)
+    case granted(AccessTicket, reacquire: [PresenterDelivery])
 }
 
 /// One client. Socket, sources, frame reader and `greeted` belong to `queue`; the outgoing

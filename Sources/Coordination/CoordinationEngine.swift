@@ -64,8 +64,12 @@ public final class CoordinationEngine: Sendable {
             case .failure(let error):
                 completion(.failure(error))
             case .success(let grant):
-                // Planned once granted, so that the presenters asked are those present now.
-                let plan = NotificationPlan(for: operation, initiator: initiator, registry: self.registry)
+                // Planned once granted, so that the presenters asked are those present now. Inside
+                // its owner's access, presenters made way for that access and reacquire when it
+                // ends: they only hear what changed.
+                let full = NotificationPlan(for: operation, initiator: initiator, registry: self.registry)
+                let plan = grant.joinedOwnersAccess
+                    ? NotificationPlan(after: full.after.filter { $0.message != .reacquirePresentedItem }) : full
                 self.messenger.deliver(plan.before) { _ in
                     completion(.success(OperationSession(engine: self, operation: operation, grant: grant, plan: plan)))
                 }

@@ -26,14 +26,18 @@ public enum CoordinatedOperation: Hashable, Sendable {
 public struct Initiator: Hashable, Sendable {
     public var owner: OwnerID?
     public var purpose: PurposeID?
+    /// One presenter alone: a client's coordinator made with its own presenter, whose client's
+    /// other presenters hear everything (as Apple's do).
+    public var presenter: PresenterKey?
 
-    public init(owner: OwnerID? = nil, purpose: PurposeID? = nil) {
+    public init(owner: OwnerID? = nil, purpose: PurposeID? = nil, presenter: PresenterKey? = nil) {
         self.owner = owner
         self.purpose = purpose
+        self.presenter = presenter
     }
 
     func isOrigin(of presenter: PresenterRecord) -> Bool {
-        presenter.owner == owner || presenter.purpose == purpose
+        presenter.owner == owner || presenter.purpose == purpose || presenter.key == self.presenter
     }
 }
 

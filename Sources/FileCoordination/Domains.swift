@@ -152,7 +152,9 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
                     return completion(.failure(.cancelled))
                 }
                 let initiator = Initiator(purpose: purpose)
-                let plans = accesses.map { LocalPlans(access: $0, initiator: initiator, registry: registry) }
+                let plans = accesses.map {
+                    AccessPlan(access: $0, initiator: initiator, registry: registry, exists: LocalDomain.exists)
+                }
                 messenger.deliver(plans.flatMap(\.before)) { [self] _ in
                     completion(.success(LocalAccess(domain: self, grant: grant, plans: plans)))
                 }
@@ -164,6 +166,10 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
 
     func url(for path: ItemPath) -> URL {
         fileURL(root: "/", path)
+    }
+
+    @Sendable static func exists(_ path: ItemPath) -> Bool {
+        FileManager.default.fileExists(atPath: "/" + String(decoding: path.bytes, as: UTF8.self))
     }
 
     func addPresenter(_ id: PurposeID, path: ItemPath) {
@@ -191,75 +197,14 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
     }
 }
 
-/// What presenters hear about one access of a local coordinator: NotificationPlan's table,
-/// chosen from the access kind. Writes publish when the accessor has run: a change, or an
-/// appearance if the item did not exist before.
-private struct LocalPlans: Sendable {
-    let before: [PresenterDelivery]
-    private let published: [PresenterDelivery]
-    private let appeared: [PresenterDelivery]?
-    private let reacquire: [PresenterDelivery]
-    private let path: ItemPath
-    private let existedBefore: Bool
-    private let publishesOnlyAReplacement: Bool
-
-    init(access: ItemAccess, initiator: Initiator, registry: PresenterRegistry) {
-        path = access.path
-        existedBefore = LocalPlans.exists(access.path)
-        func plan(_ operation: CoordinatedOperation) -> NotificationPlan {
-            NotificationPlan(for: operation, initiator: initiator, registry: registry)
-        }
-        var create: NotificationPlan?
-        var replacement = false
-        let main: NotificationPlan
-        switch access.kind {
-        case .read(let options):
-            main = plan(.read(access.path, options: options))
-        case .write(let options) where options.contains(.forDeleting):
-            main = plan(.delete(access.path))
-        case .write(let options) where options.contains(.forMoving):
-            // Presenters let go now; where it went is told by item(at:didMoveTo:).
-            var moving = plan(.move(from: access.path, to: access.path, replacesDestination: false))
-            moving.after = moving.after.filter { $0.message == .reacquirePresentedItem }
-            main = moving
-        case .write(let options) where options.contains(.contentIndependentMetadataOnly):
-            main = plan(.metadataChange(access.path))
-        case .write(let options) where options.contains(.forReplacing):
-            // Replacing an existing item (an editor's save by rename) is a change to it, never a
-            // deletion; an item moved into an empty place is told by item(at:didMoveTo:).
-            main = plan(.write(access.path))
-            replacement = true
-        case .write:
-            main = plan(.write(access.path))
-            if !existedBefore { create = plan(.create(access.path)) }
-        }
-        before = main.before
-        published = main.after
-        appeared = create?.after
-        reacquire = main.after.filter { $0.message == .reacquirePresentedItem }
-        publishesOnlyAReplacement = replacement
-    }
-
-    func after(tookEffect: Bool) -> [PresenterDelivery] {
-        guard tookEffect else { return reacquire }
-        if publishesOnlyAReplacement && !existedBefore { return reacquire }
-        if let appeared, LocalPlans.exists(path) { return appeared }
-        return published
-    }
-
-    private static func exists(_ path: ItemPath) -> Bool {
-        FileManager.default.fileExists(atPath: "/" + String(decoding: path.bytes, as: UTF8.self))
-    }
-}
-
 private final class LocalAccess: HeldAccess, @unchecked Sendable {
     let domain: LocalDomain
     let grant: AccessGrant
-    let plans: [LocalPlans]
+    let plans: [AccessPlan]
     private let ended = NSLock()
     private var isEnded = false
 
-    init(domain: LocalDomain, grant: AccessGrant, plans: [LocalPlans]) {
+    init(domain: LocalDomain, grant: AccessGrant, plans: [AccessPlan]) {
         self.domain = domain
         self.grant = grant
         self.plans = plans

@@ -201,6 +201,25 @@ final class PresenterTests: MountedTestCase {
         XCTAssertEqual(sh(script), "coordinated\n")
     }
 
+    func testAPresenterMakesWayBeforeAClientsAccessorRunsAndReacquiresAfter() throws {
+        // Apple's order across processes: the watcher's relinquish (its hook notes it) comes before
+        // the coordinated command runs, however long the command waits before touching the file.
+        let log = mounted.root.appendingPathComponent("order.log").path
+        let watcher = try watch(["Documents/hello.txt"], extra: ["--on-relinquish", "echo relinquished >> '\(log)'"])
+        defer { watcher.stop() }
+        let run = Shell.run("""
+        \(Shell.quote(MountedStore.executable)) coordinate --write Documents/hello.txt -- sh -c \
+          "echo accessor >> '\(log)'; sleep 0.5; echo changed > Documents/hello.txt"
+        """, in: home)
+        XCTAssertEqual(run.status, 0, run.error)
+        XCTAssertEqual(try String(contentsOfFile: log, encoding: .utf8), "relinquished\naccessor\n")
+        let events = names(watcher.events(atLeast: 3))
+        XCTAssertEqual(events.first, "relinquishPresentedItemToWriter Documents/hello.txt")
+        XCTAssertEqual(events.last, "reacquirePresentedItem Documents/hello.txt", "\(events)")
+        XCTAssertEqual(events.filter { $0.hasPrefix("relinquish") }.count, 1, "asked once: \(events)")
+        XCTAssertTrue(events.contains("presentedItemDidChange Documents/hello.txt"), "\(events)")
+    }
+
     func testTheExampleAppRunsOnTheMount() {
         let result = Shell.run("mkdir Documents/Notes && \(Shell.quote(MountedStore.executable)) example-notes --add 'first note' --once Documents/Notes", in: home)
         XCTAssertEqual(result.status, 0, result.error)

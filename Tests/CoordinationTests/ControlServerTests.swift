@@ -307,6 +307,68 @@ final class ControlServerTests: XCTestCase {
 
     // MARK: - Coordinated accesses
 
+    /// Apple's order for a client's coordinated write: every other presenter, the client's own
+    /// other presenters included, makes way before the grant; they reacquire once it is released;
+    /// the coordinator's own presenter hears nothing.
+    func testAClientsAccessIsGrantedOnceOtherPresentersMadeWayAndTheyReacquireAfter() throws {
+        try startServer()
+        let editor = try connect()
+        let writer = try connect()
+        try editor.send(.addPresenter(.init(presenter: PurposeID("editor"), path: path("Documents/x"))))
+        try writer.send(.addPresenter(.init(presenter: PurposeID("own"), path: path("Documents/x"))))
+        try writer.send(.addPresenter(.init(presenter: PurposeID("sibling"), path: path("Documents/x"))))
+        eventually("presenters registered") { server.engine.registry.all().count == 3 }
+
+        try writer.send(.coordinate(.init(requestID: 1, purpose: PurposeID("own"), accesses: [.write(path("Documents/x"))])))
+        guard case .presenterMessage(let asked)? = try editor.receive() else { return XCTFail("the editor was not asked") }
+        XCTAssertEqual(asked.message, .relinquishPresentedItemToWriter)
+        guard case .presenterMessage(let sibling)? = try writer.receive() else { return XCTFail("the sibling was not asked") }
+        XCTAssertEqual(sibling.presenter, PurposeID("sibling"))
+        XCTAssertEqual(sibling.message, .relinquishPresentedItemToWriter)
+        try writer.send(.presenterReply(.init(messageID: sibling.messageID)))
+        XCTAssertNil(try writer.receive(timeout: 0.3), "not granted while the editor has not made way")
+        try editor.send(.presenterReply(.init(messageID: asked.messageID)))
+        guard case .granted(let granted)? = try writer.receive() else { return XCTFail("not granted") }
+        XCTAssertEqual(granted.requestID, 1)
+        XCTAssertNil(try editor.receive(timeout: 0.2), "nothing more before the release")
+
+        try writer.send(.release(.init(requestID: 1)))
+        guard case .presenterMessage(let back)? = try editor.receive() else { return XCTFail("the editor did not reacquire") }
+        XCTAssertEqual(back.message, .reacquirePresentedItem)
+        guard case .presenterMessage(let siblingBack)? = try writer.receive() else { return XCTFail("the sibling did not reacquire") }
+        XCTAssertEqual(siblingBack.presenter, PurposeID("sibling"))
+        XCTAssertEqual(siblingBack.message, .reacquirePresentedItem)
+        XCTAssertNil(try writer.receive(timeout: 0.3), "the coordinator's own presenter hears nothing")
+        eventually("released") { server.status().accesses.isEmpty }
+
+        // The filesystem's operations inside that client's access would not ask again; without one,
+        // they do (see CoordinationEngineTests for the joined case).
+    }
+
+    func testAClientsAccessCancelledWhilePresentersMakeWayIsDeniedAndTheyReacquire() throws {
+        try startServer()
+        let editor = try connect()
+        let writer = try connect()
+        try editor.send(.addPresenter(.init(presenter: PurposeID("editor"), path: path("Documents/x"))))
+        eventually("presenter registered") { server.engine.registry.all().count == 1 }
+        try writer.send(.coordinate(.init(requestID: 4, purpose: PurposeID("w"), accesses: [.read(path("Documents/x"))])))
+        guard case .presenterMessage(let asked)? = try editor.receive() else { return XCTFail("the editor was not asked") }
+        XCTAssertEqual(asked.message, .relinquishPresentedItemToReader)
+        try writer.send(.cancel(.init(requestID: 4)))
+        try editor.send(.presenterReply(.init(messageID: asked.messageID)))
+        var heard: [PresenterMessage] = []
+        while let message = try editor.receive(timeout: 0.5) {
+            guard case .presenterMessage(let notice) = message else { continue }
+            heard.append(notice.message)
+            if notice.message.expectsReply { try editor.send(.presenterReply(.init(messageID: notice.messageID))) }
+        }
+        XCTAssertEqual(heard, [.savePresentedItemChanges, .reacquirePresentedItem])
+        guard case .denied(let denied)? = try writer.receive() else { return XCTFail("expected a denial") }
+        XCTAssertEqual(denied.requestID, 4)
+        XCTAssertEqual(denied.reason, .cancelled)
+        eventually("nothing held") { server.status().accesses.isEmpty }
+    }
+
     func testCoordinateGrantReleaseCancelAndDuplicateIDs() throws {
         try startServer()
         let writer = try connect()

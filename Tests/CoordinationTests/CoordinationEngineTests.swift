@@ -57,6 +57,24 @@ final class CoordinationEngineTests: XCTestCase {
         XCTAssertEqual(released.all.count, 1, "ending twice does nothing")
     }
 
+    func testAnOperationInsideItsOwnersAccessOnlyTellsWhatChanged() throws {
+        // A client holds a coordinated write (its presenters made way then); its own write through
+        // the filesystem joins it: presenters are not asked again, and reacquire only when it ends.
+        let held = EventLog<Result<AccessGrant, CoordinationError>>()
+        engine.arbiter.request([.write(path("Documents/note.txt"))], owner: alice, purpose: PurposeID("client")) {
+            held.append($0)
+        }
+        XCTAssertNotNil(try held.all.first?.get())
+        let log = EventLog<Result<OperationSession, CoordinationError>>()
+        engine.begin(.write(path("Documents/note.txt")), owner: alice, purpose: PurposeID("fuse"),
+                     joinsOwnersAccesses: true) { log.append($0) }
+        let session = try XCTUnwrap(self.session(log), "granted at once, nobody asked")
+        XCTAssertEqual(transport.sent.all, [])
+        session.end(tookEffect: true)
+        XCTAssertEqual(Set(transport.sent.all.map(\.message)),
+                       [.presentedItemDidChange, .presentedSubitemDidChange(at: path("Documents/note.txt"))])
+    }
+
     func testAnUnresponsivePresenterDelaysButNeverHangsTheOperation() {
         let delete = begin(.delete(path("Documents/note.txt")))
         XCTAssertEqual(transport.sent.all.map(\.presenter), [editor, folderWatcher], "both asked in parallel")
