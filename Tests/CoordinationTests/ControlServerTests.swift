@@ -340,9 +340,6 @@ final class ControlServerTests: XCTestCase {
         XCTAssertEqual(siblingBack.message, .reacquirePresentedItem)
         XCTAssertNil(try writer.receive(timeout: 0.3), "the coordinator's own presenter hears nothing")
         eventually("released") { server.status().accesses.isEmpty }
-
-        // The filesystem's operations inside that client's access would not ask again; without one,
-        // they do (see CoordinationEngineTests for the joined case).
     }
 
     func testAClientsAccessCancelledWhilePresentersMakeWayIsDeniedAndTheyReacquire() throws {
