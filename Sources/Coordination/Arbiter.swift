@@ -17,9 +17,9 @@ public struct AccessGrant: Hashable, Sendable {
     public let owner: OwnerID
     public let purpose: PurposeID
     public let accesses: [ItemAccess]
-    /// Granted inside an access its owner holds already (`joinsOwnersAccesses`): presenters made
-    /// way for that one.
-    public var joinedOwnersAccess = false
+    /// Granted inside an access its owner holds already (`joinsOwnersAccesses`): that access's
+    /// purpose. Presenters made way for that one.
+    public var joinedPurpose: PurposeID?
 }
 
 /// One access of a waiting or active request, for status output.
@@ -82,7 +82,7 @@ public final class Arbiter: Sendable {
                         timeout: Duration? = nil, joinsOwnersAccesses: Bool = false,
                         completion: @escaping Completion) -> AccessTicket {
         let locks = accesses.map(lock(for:))
-        var joined = false
+        var joined: PurposeID?
         let (ticket, grantedAtOnce) = state.withLock { state -> (AccessTicket, Bool) in
             state.nextTicket += 1
             let request = Request(ticket: AccessTicket(state.nextTicket), owner: owner, purpose: purpose,
@@ -90,8 +90,8 @@ public final class Arbiter: Sendable {
                                   completion: completion)
             // A newcomer waits behind every earlier waiter it conflicts with, not only behind the
             // holders: this is what keeps a stream of readers from starving a writer.
-            joined = joinsOwnersAccesses && state.ownerCovers(request)
-            if joined || state.isGrantable(request, blockedBy: state.waiting) {
+            joined = joinsOwnersAccesses ? state.ownersAccessCovering(request) : nil
+            if joined != nil || state.isGrantable(request, blockedBy: state.waiting) {
                 state.active[request.ticket] = request
                 return (request.ticket, true)
             }
@@ -100,7 +100,7 @@ public final class Arbiter: Sendable {
         }
         if grantedAtOnce {
             completion(.success(AccessGrant(ticket: ticket, owner: owner, purpose: purpose, accesses: accesses,
-                                            joinedOwnersAccess: joined)))
+                                            joinedPurpose: joined)))
         } else if let timeout {
             let timer = scheduler.schedule(after: timeout) { [weak self] in
                 self?.finishWaiting(ticket, with: .timedOut)
@@ -295,9 +295,12 @@ private struct State: Sendable {
     }
 
     /// Whether the owner's active accesses together already cover every lock of `request`.
-    func ownerCovers(_ request: Request) -> Bool {
-        let held = active.values.filter { $0.owner == request.owner }.flatMap(\.locks)
-        return request.locks.allSatisfy { wanted in held.contains { $0.covers(wanted) } }
+    /// The purpose of the owner's access that covers `request`, if the owner's accesses cover it all.
+    func ownersAccessCovering(_ request: Request) -> PurposeID? {
+        let held = active.values.filter { $0.owner == request.owner }
+        func covering(_ wanted: Lock) -> Request? { held.first { $0.locks.contains { $0.covers(wanted) } } }
+        guard request.locks.allSatisfy({ covering($0) != nil }), let first = request.locks.first else { return nil }
+        return covering(first)?.purpose
     }
 
     /// Grants, in queue order, every waiter that conflicts neither with a holder nor with an

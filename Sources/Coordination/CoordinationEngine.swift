@@ -57,7 +57,7 @@ public final class CoordinationEngine: Sendable {
                       timeout: Duration? = nil, joinsOwnersAccesses: Bool = false,
                       completion: @escaping @Sendable (Result<OperationSession, CoordinationError>) -> Void)
         -> AccessTicket {
-        let initiator = initiator ?? Initiator(owner: owner, purpose: purpose)
+        let given = initiator ?? Initiator(owner: owner, purpose: purpose)
         return arbiter.request(operation.accesses(isDirectory: isDirectory), owner: owner, purpose: purpose,
                                timeout: timeout, joinsOwnersAccesses: joinsOwnersAccesses) { result in
             switch result {
@@ -66,10 +66,15 @@ public final class CoordinationEngine: Sendable {
             case .success(let grant):
                 // Planned once granted, so that the presenters asked are those present now. Inside
                 // its owner's access, presenters made way for that access and reacquire when it
-                // ends: they only hear what changed.
-                let full = NotificationPlan(for: operation, initiator: initiator, registry: self.registry)
-                let plan = grant.joinedOwnersAccess
-                    ? NotificationPlan(after: full.after.filter { $0.message != .reacquirePresentedItem }) : full
+                // ends: they only hear what changed, all but that access's own presenter.
+                let plan: NotificationPlan
+                if let joined = grant.joinedPurpose {
+                    let initiator = Initiator(presenter: PresenterKey(owner: owner, purpose: joined))
+                    let full = NotificationPlan(for: operation, initiator: initiator, registry: self.registry)
+                    plan = NotificationPlan(after: full.after.filter { $0.message != .reacquirePresentedItem })
+                } else {
+                    plan = NotificationPlan(for: operation, initiator: given, registry: self.registry)
+                }
                 self.messenger.deliver(plan.before) { _ in
                     completion(.success(OperationSession(engine: self, operation: operation, grant: grant, plan: plan)))
                 }

@@ -60,6 +60,10 @@ final class CoordinationEngineTests: XCTestCase {
     func testAnOperationInsideItsOwnersAccessOnlyTellsWhatChanged() throws {
         // A client holds a coordinated write (its presenters made way then); its own write through
         // the filesystem joins it: presenters are not asked again, and reacquire only when it ends.
+        // The client's other presenter hears the change; the coordinator's own does not.
+        let sibling = PresenterKey(owner: alice, purpose: PurposeID("sibling"))
+        registry.add(sibling, path: path("Documents/note.txt"))
+        registry.add(PresenterKey(owner: alice, purpose: PurposeID("client")), path: path("Documents/note.txt"))
         let held = EventLog<Result<AccessGrant, CoordinationError>>()
         engine.arbiter.request([.write(path("Documents/note.txt"))], owner: alice, purpose: PurposeID("client")) {
             held.append($0)
@@ -71,8 +75,9 @@ final class CoordinationEngineTests: XCTestCase {
         let session = try XCTUnwrap(self.session(log), "granted at once, nobody asked")
         XCTAssertEqual(transport.sent.all, [])
         session.end(tookEffect: true)
-        XCTAssertEqual(Set(transport.sent.all.map(\.message)),
-                       [.presentedItemDidChange, .presentedSubitemDidChange(at: path("Documents/note.txt"))])
+        XCTAssertEqual(Set(transport.sent.all.map { "\($0.presenter.purpose) \($0.message.name)" }),
+                       ["editor presentedItemDidChange", "sibling presentedItemDidChange",
+                        "watcher presentedSubitemDidChange"])
     }
 
     func testAnUnresponsivePresenterDelaysButNeverHangsTheOperation() {
