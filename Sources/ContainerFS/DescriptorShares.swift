@@ -26,7 +26,8 @@ struct DescriptorShares: Sendable {
     var forUsers: Int { limit - limit / 8 }
 
     /// Whether descriptors taken for `uid` count against a share at all.
-    static func isCounted(_ uid: uid_t) -> Bool { uid != 0 && uid != geteuid() }
+    static func isCounted(_ uid: uid_t) -> Bool { uid != 0 && uid != daemonUser }
+    private static let daemonUser = geteuid()
 
     /// Counts one more descriptor for `uid`; false, counting nothing, past its share.
     mutating func take(_ uid: uid_t) -> Bool {
