@@ -47,7 +47,8 @@ struct DescriptorShares: Sendable {
     }
 }
 
-/// One descriptor counted against a user's share, given back when the handle that holds it goes.
+/// One descriptor counted against a user's share, given back when what holds it (a handle, a
+/// directory's node) lets it go.
 final class DescriptorCharge: Sendable {
     private let uid: uid_t
     private let shares: Locked<DescriptorShares>?

@@ -328,8 +328,9 @@ final class NodeTable: @unchecked Sendable {
         var nextAlias: UInt64 = 1 << 48
         /// The most nodes indexed since memory was last given back (see `forget`).
         var peak = 0
-        /// Whose lookup made each node that holds a directory's descriptor (counted in `shares`).
-        var charged: [ObjectIdentifier: uid_t] = [:]
+        /// The charge of each node that holds a directory's descriptor for a counted user's lookup,
+        /// given back (by dropping it) when the kernel forgets the node.
+        var charged: [ObjectIdentifier: DescriptorCharge] = [:]
 
         /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
         /// number has lost it (the number was reused), and must never stand for the new one.
@@ -407,8 +408,10 @@ final class NodeTable: @unchecked Sendable {
                     if existing.zone != zone { existing.zone = zone }
                     return (existing, true)
                 }
+                var charge: DescriptorCharge?
                 if descriptor >= 0 {
-                    guard shares.withLock({ $0.take(uid) }) else {
+                    charge = DescriptorCharge.take(uid, from: shares)
+                    guard charge != nil else {
                         close(descriptor)
                         return (nil, true)
                     }
@@ -420,7 +423,7 @@ final class NodeTable: @unchecked Sendable {
                 // The kernel's references keep the node alive, whatever the index says later.
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)
-                if descriptor >= 0, DescriptorShares.isCounted(uid) { state.charged[ObjectIdentifier(node)] = uid }
+                if let charge, charge !== DescriptorCharge.uncounted { state.charged[ObjectIdentifier(node)] = charge }
                 return (node, true)
             }
             guard let found else { return nil }
@@ -447,7 +450,7 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if let uid = state.charged.removeValue(forKey: ObjectIdentifier(node)) { shares.withLock { $0.give(uid) } }
+            state.charged.removeValue(forKey: ObjectIdentifier(node))
             return (true, state.shrinkIfFarBelowPeak())
         }
         if forgotten { release(node) }
