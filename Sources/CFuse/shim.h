@@ -104,9 +104,24 @@ static inline int cfuse_offer_passthrough(struct iovec *iov, int count) {
     return 1;
 }
 
+#define CFUSE_CREATE 35
+#define CFUSE_TMPFILE 51
+
+/// Reads a request. libfuse 3.14 predates FUSE_TMPFILE (an unnamed file, `open(O_TMPFILE)`), which
+/// carries what FUSE_CREATE does and wants the same answer: it is handed on as a FUSE_CREATE of the
+/// name "/", which no real creation can carry.
 static inline ssize_t cfuse_io_read(int fd, void *buf, size_t buf_len, void *userdata) {
     (void)userdata;
-    return read(fd, buf, buf_len);
+    ssize_t length = read(fd, buf, buf_len);
+    if (length >= 8) {
+        uint32_t opcode;
+        memcpy(&opcode, (char *)buf + 4, sizeof opcode);
+        if (opcode == CFUSE_TMPFILE) {
+            opcode = CFUSE_CREATE;
+            memcpy((char *)buf + 4, &opcode, sizeof opcode);
+        }
+    }
+    return length;
 }
 
 static inline ssize_t cfuse_io_splice(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
@@ -116,13 +131,13 @@ static inline ssize_t cfuse_io_splice(int fdin, off_t *offin, int fdout, off_t *
     return syscall(SYS_splice, fdin, offin, fdout, offout, len, flags);
 }
 
-/// Sends the session's replies through `writev_reply` (libfuse's custom I/O), reading and splicing
-/// as libfuse would itself. Call after mounting, before the loop.
-static inline int cfuse_session_route_replies(struct fuse_session *se,
-                                              ssize_t (*writev_reply)(int, struct iovec *, int, void *)) {
+/// Routes the session's I/O through these functions (libfuse's custom I/O): requests are read by
+/// `cfuse_io_read`, never spliced, so that each can be seen; replies go through `writev_reply` and
+/// may be spliced. Call after mounting, before the loop.
+static inline int cfuse_session_route_io(struct fuse_session *se,
+                                         ssize_t (*writev_reply)(int, struct iovec *, int, void *)) {
     struct fuse_custom_io io = {
-        .writev = writev_reply, .read = cfuse_io_read,
-        .splice_receive = cfuse_io_splice, .splice_send = cfuse_io_splice,
+        .writev = writev_reply, .read = cfuse_io_read, .splice_receive = NULL, .splice_send = cfuse_io_splice,
     };
     return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }

@@ -244,6 +244,44 @@ extension ContainerFileSystem {
         }
     }
 
+    /// An unnamed file (`open(O_TMPFILE)`), made in the parent's backing directory and written in
+    /// place: nobody else reaches it until a `link` names it, which publishes it whole, as a
+    /// creation (docs/atomic-replace.md, "Unnamed files").
+    public func tmpfile(_ request: FuseRequest, parent: InodeNumber, mode: mode_t, file: FileInfo) {
+        let parentNode = nodes.node(parent)
+        let denied = Policy.create(in: parentNode.zone)
+        guard denied == 0 else { return request.reply(error: denied) }
+        let caller = request.caller
+        guard let charge = nodes.chargeHandle(for: caller.uid) else { return request.reply(error: EMFILE) }
+        let flags = file.flags
+        // O_EXCL stays: it keeps the file from ever being linked.
+        let descriptor = openat(parentNode.descriptor, ".", (flags & ~(O_CREAT | O_TRUNC | O_NOFOLLOW)) | O_TMPFILE | O_CLOEXEC, mode)
+        guard descriptor >= 0 else { return request.reply(error: errno) }
+        var error = adoptOwnership(of: descriptor, in: parentNode, by: caller)
+        if error == 0 { error = Backing.restorePermissions(descriptor, requested: mode) }
+        var (attributes, statError) = Backing.attributes(of: descriptor)
+        if error == 0 { error = statError }
+        let pin = error == 0 ? Backing.withProcPath(descriptor) { Glibc.open($0, O_PATH | O_CLOEXEC) } : -1
+        if error == 0, pin < 0 { error = errno }
+        guard error == 0 else {
+            close(descriptor)
+            return request.reply(error: error)
+        }
+        let node = nodes.rememberUnnamed(pin: pin, attributes: attributes,
+                                         zone: parentNode.zone.child(named: "/"), parent: parentNode)
+        let opening: Sharing.Opening = Sharing.opensLive(flags) ? .liveWriter : .inPlaceWriter
+        // A node nobody else knows has no readers to leave it to.
+        let path: OpenPath = node.openHandle(opening, passthrough: nil, in: nodes) { descriptor }?.path ?? .shared
+        visible(&attributes, of: node)
+        var entry = fuse_entry_param()
+        entry.ino = nodes.inodeNumber(of: node)
+        entry.attr = attributes
+        entry.attr_timeout = timeouts.attributes
+        entry.entry_timeout = timeouts.entries
+        FileInfoCopy(file).replyCreated(request, entry: &entry, with: OpenFile(descriptor: descriptor, node: node, path: path,
+                                                                              access: nil, charge: charge), cache: .refill)
+    }
+
     /// Counts `descriptor`, open on the file `entry` names, as a writer in place of its node. A
     /// node that passthrough readers hold is left to them, and `entry` then names a node of the
     /// writer's own, as an open's ESTALE would make the kernel find. Nil if none could be had (the

@@ -87,7 +87,11 @@ extension ContainerFileSystem {
         endFreshSession(of: node)
         // A new name for an item that exists: its owner stays.
         makeItem(request, parent: newParent, name: newName, type: nil) { parent, name in
-            node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+            let result = node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+            // An unnamed file's node is not the one the answer names, so the kernel would keep
+            // its count of links at 0.
+            if result == 0 { self.kernel?.invalidateInode(self.nodes.inodeNumber(of: node), offset: -1, length: 0) }
+            return result
         }
     }
 

@@ -271,9 +271,12 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     static let inPlaceAttribute = "user.containerfs.write-in-place"
 
     /// Whether writes to `node` go straight to the file: tmp and Caches, live files (`Sharing`),
-    /// hard-linked files (a rename would part the links), and items opted out with `inPlaceAttribute`.
+    /// hard-linked files (a rename would part the links), files whose node holds them because they
+    /// have no name to publish under (unlinked, or unnamed: O_TMPFILE), and items opted out with
+    /// `inPlaceAttribute`.
     func writesInPlace(_ node: Node) -> Bool {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
+        if node.holdsItem, !node.isDetached { return true }
         let (attributes, error) = node.attributes()
         // A fresh file's second link is its mark in the shadow directory.
         if error == 0, attributes.st_nlink > 1, !node.isWrittenFresh { return true }

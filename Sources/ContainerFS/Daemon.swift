@@ -209,11 +209,7 @@ public enum Daemon {
 
     /// Readers of atomically replaced files then read their version at the speed of the disk.
     private static func offerPassthrough(_ session: FuseSession, to fileSystem: ContainerFileSystem, logger: Logger) {
-        do {
-            try session.offerPassthrough()
-        } catch {
-            return logger.warning("passthrough not offered; reads go through the daemon", metadata: ["error": "\(error)"])
-        }
+        session.offerPassthrough()
         fileSystem.passthrough = PassthroughFiles(registry: session) { error in
             logger.notice("passthrough refused; reads go through the daemon", metadata: [
                 "error": "\(String(cString: strerror(error)))", "why": "\(passthroughRefusal(error))",

@@ -442,6 +442,21 @@ final class NodeTable: @unchecked Sendable {
         }
     }
 
+    /// Adds a node, with one kernel reference, for an unnamed file in `parent` (`open(O_TMPFILE)`),
+    /// pinned by `pin`, an `O_PATH` descriptor on it. It stays out of the index: a `link` that names
+    /// the file gets a node of its own for the name, which publishes can move, and this one keeps
+    /// the file its handles write.
+    func rememberUnnamed(pin: Int32, attributes: stat, zone: Zone, parent: Node) -> Node {
+        state.withLock { state in
+            let node = Node(descriptor: -1, attributes: attributes, exposedInode: state.exposedInode(for: BackingKey(attributes)),
+                            zone: zone, parent: parent, name: [])
+            _ = node.pin(pin)
+            node.lookups = 1
+            _ = Unmanaged.passRetained(node)
+            return node
+        }
+    }
+
     func forget(_ inode: InodeNumber, count: UInt64) {
         let node = node(inode)
         guard node !== root else { return }

@@ -42,24 +42,24 @@ public final class FuseSession {
         box.release()
     }
 
+    /// Mounts, and routes the session's I/O through `sendReply` and `cfuse_io_read` (libfuse's
+    /// custom I/O), which speak the parts of the kernel's protocol newer than libfuse 3.14.
     public func mount(at mountPoint: String) throws {
         guard fuse_session_mount(session, mountPoint) == 0 else {
             throw FuseError("could not mount at \(mountPoint) (see the message above).")
         }
         mounted = true
+        guard cfuse_session_route_io(session, sendReply) == 0 else {
+            throw FuseError("libfuse refused custom I/O")
+        }
     }
 
     /// Offers the kernel FUSE passthrough (Linux 6.9 and later): it may then read files the daemon
     /// registers (`openBacking`) without sending it requests. libfuse 3.14 predates passthrough, so
-    /// its replies go through a hook that adds the flag to its answer to the kernel's INIT. Call
-    /// after `mount`, before `run`. Whether the kernel agreed shows at the first `openBacking`.
-    public func offerPassthrough() throws {
-        let box = box.takeUnretainedValue()
-        box.amendsInitReply.store(true, ordering: .releasing)
-        guard cfuse_session_route_replies(session, sendReply) == 0 else {
-            box.amendsInitReply.store(false, ordering: .releasing)
-            throw FuseError("libfuse refused custom I/O for passthrough")
-        }
+    /// the reply hook adds the flag to its answer to the kernel's INIT. Call after `mount`, before
+    /// `run`. Whether the kernel agreed shows at the first `openBacking`.
+    public func offerPassthrough() {
+        box.takeUnretainedValue().amendsInitReply.store(true, ordering: .releasing)
     }
 
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.

@@ -47,6 +47,9 @@ public protocol LowLevelFileSystem: AnyObject {
     func removexattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>)
     func access(_ request: FuseRequest, inode: InodeNumber, mask: Int32)
     func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo)
+    /// Makes an unnamed file in `parent` and opens it (`open(O_TMPFILE)`), answering as `create`
+    /// does; a `link` names it later. ENOSYS makes the kernel answer EOPNOTSUPP from then on.
+    func tmpfile(_ request: FuseRequest, parent: InodeNumber, mode: mode_t, file: FileInfo)
     func fallocate(_ request: FuseRequest, inode: InodeNumber, mode: Int32, offset: off_t, length: off_t,
                    file: FileInfo)
     func lseek(_ request: FuseRequest, inode: InodeNumber, offset: off_t, whence: Int32, file: FileInfo)
@@ -173,6 +176,10 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.access = { req, inode, mask in fileSystem(req).access(FuseRequest(req!), inode: inode, mask: mask) }
     ops.create = { req, parent, name, mode, info in
+        // "/": a FUSE_TMPFILE that cfuse_io_read handed on as a creation.
+        if name![0] == 0x2F, name![1] == 0 {
+            return fileSystem(req).tmpfile(FuseRequest(req!), parent: parent, mode: mode, file: FileInfo(info!))
+        }
         fileSystem(req).create(FuseRequest(req!), parent: parent, name: FileName(name!), mode: mode,
                                file: FileInfo(info!))
     }

@@ -54,4 +54,36 @@ final class DiskLikeTests: MountedTestCase {
         tail -c 3 sparse; echo
         """, expected: "1073741824\nholes kept\nmiddle\nend\n")
     }
+
+    func testUnnamedFilesAreWrittenAndThenNamedByLink() {
+        // open(O_TMPFILE) then linkat(AT_SYMLINK_FOLLOW): how glibc's and systemd's writers publish
+        // a finished file. O_EXCL makes one that can never be named.
+        everywhere("""
+        python3 - <<'PY'
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        def link(fd, name):
+            if libc.linkat(-100, f"/proc/self/fd/{fd}".encode(), -100, name.encode(), 0x400) != 0:
+                return os.strerror(ctypes.get_errno())
+            return "linked"
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o640)
+        os.write(fd, b"first\\n")
+        st = os.fstat(fd)
+        print(oct(st.st_mode), st.st_nlink, st.st_size, sorted(n for n in os.listdir(".") if n != "Inbox"))
+        print(link(fd, "named"), os.fstat(fd).st_nlink, open("named").read().strip())
+        os.write(fd, b"second\\n")
+        os.close(fd)
+        print(repr(open("named").read()), oct(os.stat("named").st_mode))
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_EXCL, 0o600)
+        print(link(fd, "never"), os.path.exists("never"))
+        os.close(fd)
+        PY
+        """, expected: """
+        0o100640 0 6 []
+        linked 1 first
+        'first\\nsecond\\n' 0o100640
+        No such file or directory False
+
+        """)
+    }
 }
