@@ -10,6 +10,9 @@ public struct MountConfiguration {
     public var store: Store
     /// Mount one app's container as the root, instead of the whole store.
     public var app: AppID?
+    /// With `app`: a directory of its container to mount as the root (such as `Documents`), by
+    /// its names from the container.
+    public var directory: [String] = []
     public var mountPoint: String
     public var debug = false
     public var singleThreaded = false
@@ -52,9 +55,20 @@ public enum Daemon {
         try prepareContainers(apps, of: store)
 
         let rootPath = configuration.app.map(store.containerPath) ?? store.containersPath
-        let rootDescriptor = Glibc.open(rootPath, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        var rootDescriptor = Glibc.open(rootPath, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard rootDescriptor >= 0 else {
             throw ContainerError("\(rootPath): cannot open (\(String(cString: strerror(errno)))); check the store with `containerfs list \(store.root)`.")
+        }
+        var rootZone: Zone = configuration.app == nil ? .mountRoot : .containerRoot
+        for name in configuration.directory {
+            let next = openat(rootDescriptor, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let error = errno
+            close(rootDescriptor)
+            guard next >= 0 else {
+                throw ContainerError("\(rootPath)/\(configuration.directory.joined(separator: "/")): not a directory of the container (\(String(cString: strerror(error)))).")
+            }
+            rootDescriptor = next
+            rootZone = rootZone.child(named: name)
         }
         let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue,
                                                            pid: getpid()), in: store)
@@ -85,7 +99,7 @@ public enum Daemon {
         coordination.clientOf = { server.ownerOf(pid: $0) }
         coordination.hasClients = { server.hasClients }
         let fileSystem = try ContainerFileSystem(rootDescriptor: rootDescriptor,
-                                                 rootZone: configuration.app == nil ? .mountRoot : .containerRoot,
+                                                 rootZone: rootZone,
                                                  rootApp: configuration.app,
                                                  seals: checkSeals(apps, of: store, logger: logger),
                                                  coordination: coordination, shadowDirectory: shadowDirectory)
@@ -99,9 +113,11 @@ public enum Daemon {
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
         }
-        let inboxWatch = InboxWatch(store: store, apps: apps.map { app in
+        let inboxWatch = InboxWatch(store: store, apps: apps.compactMap { app in
             let names = (configuration.app == nil ? [app.rawValue] : []) + ["Documents", "Inbox"]
-            return (app, ItemPath(components: names.compactMap { PathComponent($0) }))
+            // An Inbox outside the mounted directory has nobody to tell.
+            guard names.starts(with: configuration.directory) else { return nil }
+            return (app, ItemPath(components: names.dropFirst(configuration.directory.count).compactMap { PathComponent($0) }))
         }, coordination: coordination)
         defer { withExtendedLifetime((cacheWatch, inboxWatch)) {} }
         try session.installSignalHandlers()
@@ -192,7 +208,9 @@ public enum Daemon {
     }
 
     private static func fuseArguments(_ configuration: MountConfiguration) -> [String] {
-        let source = configuration.app.map { configuration.store.root + ":" + $0.rawValue } ?? configuration.store.root
+        let source = configuration.app.map {
+            configuration.store.root + ":" + ([$0.rawValue] + configuration.directory).joined(separator: "/")
+        } ?? configuration.store.root
         var options = ["fsname=" + escapeOption(source), "subtype=containerfs"]
         // Mode bits are the kernel's to check; policy is ours on top. A root daemon whose mount only
         // root may enter is spared the checks: they can deny root nothing, and each change to a

@@ -174,6 +174,32 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
     }
 
+    func testOneDirectoryOfAContainerCanBeTheRoot() throws {
+        // root=Documents: what a test suite that works at a mount's root (xfstests) needs.
+        let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o root=Documents")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.error.contains("needs app=ID"), refused.error)
+        let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o app=com.example.notes,root=Documents")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
+        let source = Shell.run("awk -v m=\(Shell.quote(mountPoint)) '$2 == m { print $1 }' /proc/mounts").output
+        XCTAssertEqual(source, storePath + ":com.example.notes/Documents\n")
+        XCTAssertEqual(Shell.run("echo new > made && cat made", in: mountPoint).output, "new\n")
+        XCTAssertEqual(try String(contentsOfFile: storePath + "/containers/com.example.notes/Documents/made", encoding: .utf8), "new\n")
+        // The Inbox keeps its rules, and a delivery is heard where the Inbox now is.
+        XCTAssertNotEqual(Shell.run("touch Inbox/x", in: mountPoint).status, 0)
+        let file = scratch.appendingPathComponent("report.pdf").path
+        FileManager.default.createFile(atPath: file, contents: Data("%PDF\n".utf8))
+        let watched = Shell.run("""
+        timeout 5 \(Shell.quote(MountedStore.executable)) watch --json Inbox > \(Shell.quote(scratch.path))/heard & sleep 1
+        \(Shell.quote(MountedStore.executable)) deliver \(Shell.quote(storePath)) com.example.notes \(Shell.quote(file)) > /dev/null
+        sleep 1; cat Inbox/report.pdf; kill %1; wait
+        """, in: mountPoint)
+        XCTAssertEqual(watched.output, "%PDF\n", watched.error)
+        let heard = (try? String(contentsOfFile: scratch.appendingPathComponent("heard").path, encoding: .utf8)) ?? ""
+        XCTAssertTrue(heard.contains("presentedSubitemDidAppear") && heard.contains("/Inbox/report.pdf"), heard)
+    }
+
     func testAMountOnlyRootMayEnterLeavesModeBitsToRoot() throws {
         try XCTSkipIf(geteuid() != 0, "the daemon runs as root only when the tests do")
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)

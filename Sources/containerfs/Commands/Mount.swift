@@ -10,7 +10,8 @@ struct Mount: ParsableCommand {
         abstract: "Mount a store (every app) or one app's container.",
         discussion: """
         Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
-        -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID, and
+        -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID,
+        root=DIR (with app: mount the directory DIR of its container, such as Documents, as the root), and
         purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
         below SIZE; checked every purge_interval=SECONDS, default 5), and presenter_timeout=SECONDS
         (how long a presenter may take to answer, default 2). The options
@@ -58,6 +59,10 @@ struct Mount: ParsableCommand {
         }
         Logging.bootstrap(debug: debug, toSyslog: readyFD != nil)
         var configuration = MountConfiguration(store: store, app: appID, mountPoint: paths.last!)
+        if let directory = parsed.root {
+            guard appID != nil else { throw ValidationError("root=\(directory.joined(separator: "/")) needs app=ID: it names a directory of one app's container.") }
+            configuration.directory = directory
+        }
         configuration.debug = debug
         configuration.singleThreaded = singleThreaded
         configuration.fuseOptions = parsed.fuseOptions
@@ -73,6 +78,7 @@ struct Mount: ParsableCommand {
 /// Splits `-o` options into ours and libfuse's.
 struct MountOptions {
     var app: String?
+    var root: [String]?
     var purgeBelow: UInt64?
     var purgeInterval: Double?
     var presenterTimeout: Double?
@@ -87,6 +93,12 @@ struct MountOptions {
         for option in groups.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
             if option.hasPrefix("app=") {
                 app = String(option.dropFirst(4))
+            } else if option.hasPrefix("root=") {
+                let names = option.dropFirst(5).split(separator: "/").map(String.init)
+                guard !names.isEmpty, !names.contains(where: { $0 == "." || $0 == ".." }) else {
+                    throw ValidationError("root takes a directory of the app's container, such as root=Documents, not '\(option.dropFirst(5))'.")
+                }
+                root = names
             } else if option.hasPrefix("purge_below=") {
                 guard let bytes = ByteCount.parse(String(option.dropFirst(12))) else {
                     throw ValidationError("purge_below takes a size such as 500M or 2G, not '\(option.dropFirst(12))'.")
