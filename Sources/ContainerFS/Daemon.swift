@@ -14,6 +14,8 @@ public struct MountConfiguration {
     /// its names from the container.
     public var directory: [String] = []
     public var mountPoint: String
+    /// The name the mount table shows as the source; the store and app by default.
+    public var sourceName: String?
     public var debug = false
     public var singleThreaded = false
     /// Options passed through to libfuse's `-o` (allow_other, default_permissions, ...).
@@ -208,18 +210,21 @@ public enum Daemon {
     }
 
     private static func fuseArguments(_ configuration: MountConfiguration) -> [String] {
-        let source = configuration.app.map {
+        let source = configuration.sourceName ?? configuration.app.map {
             configuration.store.root + ":" + ([$0.rawValue] + configuration.directory).joined(separator: "/")
         } ?? configuration.store.root
-        var options = ["fsname=" + escapeOption(source), "subtype=containerfs"]
+        let given = configuration.fuseOptions.flatMap { $0.split(separator: ",") }
+        var options = ["fsname=" + escapeOption(source)]
+        // A subtype given replaces ours; an empty one mounts as plain "fuse", the type xfstests
+        // checks for (docs/conformance.md).
+        if !given.contains(where: { $0.hasPrefix("subtype=") }) { options.append("subtype=containerfs") }
         // Mode bits are the kernel's to check; policy is ours on top. A root daemon whose mount only
         // root may enter is spared the checks: they can deny root nothing, and each change to a
         // directory costs a GETATTR of it at the next check.
-        let given = configuration.fuseOptions.flatMap { $0.split(separator: ",") }
         if geteuid() != 0 || given.contains("allow_other") || given.contains("allow_root") {
             options.insert("default_permissions", at: 0)
         }
-        options += configuration.fuseOptions
+        options += given.filter { $0 != "subtype=" }.map(String.init)
         var arguments = ["-o", options.joined(separator: ",")]
         if configuration.debug { arguments.append("-d") }
         return arguments

@@ -17,11 +17,15 @@ public protocol Scheduler: Sendable {
     func execute(_ action: @escaping @Sendable () -> Void)
 }
 
-/// The production scheduler: `DispatchQueue.asyncAfter` on a global queue.
+/// The production scheduler: `DispatchQueue.asyncAfter` on a queue of its own. Not a global queue:
+/// callers that wait for a grant often block the global queue's few threads (one per core), and a
+/// grant queued behind them would wait until the pool grows. A queue of its own gets a thread of
+/// its own (libdispatch's overcommit).
 public struct DispatchScheduler: Scheduler {
+    @usableFromInline static let shared = DispatchQueue(label: "containerfs.coordination.scheduler", attributes: .concurrent)
     private let queue: DispatchQueue
 
-    public init(queue: DispatchQueue = .global()) {
+    public init(queue: DispatchQueue = DispatchScheduler.shared) {
         self.queue = queue
     }
 

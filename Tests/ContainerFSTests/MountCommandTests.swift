@@ -200,6 +200,19 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(heard.contains("presentedSubitemDidAppear") && heard.contains("/Inbox/report.pdf"), heard)
     }
 
+    func testTheSourceCanBeANameAndTheTypePlainFuse() {
+        // store=PATH leaves the first argument only a name, which umount finds the mount by (the
+        // store is a directory umount would take for a mount point); subtype= mounts as "fuse".
+        let mount = containerfs("mount xfstests-test \(Shell.quote(mountPoint)) -o store=\(Shell.quote(storePath)),app=com.example.notes,subtype=")
+        XCTAssertEqual(mount.status, 0, mount.error)
+        let line = Shell.run("awk -v m=\(Shell.quote(mountPoint)) '$2 == m { print $1, $3 }' /proc/mounts").output
+        XCTAssertEqual(line, "xfstests-test fuse\n")
+        let unmounted = Shell.run("umount xfstests-test")
+        XCTAssertEqual(unmounted.status, 0, unmounted.error)
+        if unmounted.status != 0 { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
+        XCTAssertTrue(waitUntil { !isMounted })
+    }
+
     func testAMountOnlyRootMayEnterLeavesModeBitsToRoot() throws {
         try XCTSkipIf(geteuid() != 0, "the daemon runs as root only when the tests do")
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)

@@ -11,7 +11,8 @@ struct Mount: ParsableCommand {
         discussion: """
         Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
         -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID,
-        root=DIR (with app: mount the directory DIR of its container, such as Documents, as the root), and
+        root=DIR (with app: mount the directory DIR of its container, such as Documents, as the root),
+        store=PATH (the store, when the first argument is to be only the name the mount table shows), and
         purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
         below SIZE; checked every purge_interval=SECONDS, default 5), and presenter_timeout=SECONDS
         (how long a presenter may take to answer, default 2). The options
@@ -52,7 +53,7 @@ struct Mount: ParsableCommand {
 
     func run() throws {
         let parsed = try MountOptions(options)
-        let store = demo ? try DemoStore.prepare() : try Store.open(paths[0])
+        let store = demo ? try DemoStore.prepare() : try Store.open(parsed.store ?? paths[0])
         let appID = try (app ?? parsed.app).map(parseAppID)
         if !foreground && !debug && readyFD == nil {
             try BackgroundLauncher.relaunchInForeground()
@@ -66,6 +67,8 @@ struct Mount: ParsableCommand {
         configuration.debug = debug
         configuration.singleThreaded = singleThreaded
         configuration.fuseOptions = parsed.fuseOptions
+        // With store=PATH, the first argument is only the name the mount table shows.
+        if parsed.store != nil, !demo { configuration.sourceName = paths[0] }
         configuration.readinessDescriptor = readyFD
         configuration.passthrough = parsed.passthrough
         configuration.purgeThreshold = parsed.purgeBelow
@@ -79,6 +82,7 @@ struct Mount: ParsableCommand {
 struct MountOptions {
     var app: String?
     var root: [String]?
+    var store: String?
     var purgeBelow: UInt64?
     var purgeInterval: Double?
     var presenterTimeout: Double?
@@ -99,6 +103,8 @@ struct MountOptions {
                     throw ValidationError("root takes a directory of the app's container, such as root=Documents, not '\(option.dropFirst(5))'.")
                 }
                 root = names
+            } else if option.hasPrefix("store=") {
+                store = String(option.dropFirst(6))
             } else if option.hasPrefix("purge_below=") {
                 guard let bytes = ByteCount.parse(String(option.dropFirst(12))) else {
                     throw ValidationError("purge_below takes a size such as 500M or 2G, not '\(option.dropFirst(12))'.")
