@@ -24,10 +24,13 @@ import sys
 import time
 
 APP_ID = "com.example.bench"
-TARGETS = ["native", "passthrough", "docs", "tmp"]
+TARGETS = ["native", "passthrough", "hp", "docs", "tmp"]
+# libfuse's two passthrough examples; ratios are against the better of them in each row.
+LIBFUSE = ("passthrough", "hp")
 TARGET_TITLES = {
     "native": "native",
     "passthrough": "passthrough_ll",
+    "hp": "passthrough_hp",
     "docs": "ContainerFS Documents",
     "tmp": "ContainerFS tmp",
 }
@@ -57,7 +60,9 @@ CONFIG = {
     "BENCH_CP_SIZE": os.environ.get("BENCH_CP_SIZE", "1M"),     # file copied over an existing one
     "BENCH_CP_RUNS": env_int("BENCH_CP_RUNS", 30),              # hyperfine runs of that cp
     "BENCH_MANY_FILES": env_int("BENCH_MANY_FILES", 100000),    # files listed for the memory workload
-    "BENCH_PRESENTERS": env_int("BENCH_PRESENTERS", 1000),      # presenters registered for the latency workload
+    "BENCH_PRESENTERS": env_int("BENCH_PRESENTERS", 1000),
+    "BENCH_REWRITES": env_int("BENCH_REWRITES", 1000),          # open(O_CREAT|O_TRUNC), write 4 KiB, close
+    "BENCH_SQLITE_ROWS": env_int("BENCH_SQLITE_ROWS", 2000),    # single-row transactions per journal mode      # presenters registered for the latency workload
     "BENCH_NOTIFY_SAMPLES": env_int("BENCH_NOTIFY_SAMPLES", 500),  # writes timed for the latency workload
 }
 
@@ -116,10 +121,11 @@ class Daemons:
     The pids and mount points go to WORK/started.pids and WORK/started.mounts too, so that run.sh's
     trap can clean up even if this script is killed."""
 
-    def __init__(self, work, containerfs, passthrough):
+    def __init__(self, work, containerfs, passthrough, passthrough_hp):
         self.work = work
         self.containerfs = containerfs
         self.passthrough = passthrough
+        self.passthrough_hp = passthrough_hp
         self.children = {}   # mount point -> Popen
 
     def _note(self, name, value):
@@ -147,6 +153,12 @@ class Daemons:
         # multi-threaded.
         return self._start([self.passthrough, "-f", "-o", f"source={source}", mount_point],
                            mount_point, "passthrough_ll.log")
+
+    def mount_passthrough_hp(self, source, mount_point):
+        # passthrough_hp's defaults: reads and writes through FUSE passthrough where the kernel
+        # allows, a day's entry and attribute timeouts, splice, multi-threaded.
+        return self._start([self.passthrough_hp, "--foreground", source, mount_point], mount_point,
+                           "passthrough_hp.log")
 
     def mount_containerfs(self, store, mount_point):
         child = self._start([self.containerfs, "mount", "-f", store, mount_point], mount_point, "containerfs.log")
@@ -382,6 +394,51 @@ def workload_overwrite(directory):
     return {"overwrite": (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
 
 
+def workload_rewrite(directory):
+    """The common form of a rewrite: open(O_CREAT|O_TRUNC) of an existing file (a shell's `>`, cp,
+    Python's open("w")), write 4 KiB, close."""
+    count = CONFIG["BENCH_REWRITES"]
+    path = os.path.join(directory, "rewrite.txt")
+    content = os.urandom(4096)
+    with open(path, "wb") as file:
+        file.write(content)
+    start = time.perf_counter()
+    for _ in range(count):
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(descriptor, content)
+        os.close(descriptor)
+    elapsed = time.perf_counter() - start
+    os.unlink(path)
+    return {"rewrite": (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
+
+
+def workload_sqlite(directory):
+    """SQLite's own durability: one row per transaction (synchronous=FULL), in WAL and in rollback
+    (DELETE) journal mode."""
+    import sqlite3
+    rows = CONFIG["BENCH_SQLITE_ROWS"]
+    measured = {}
+    for mode, key in (("wal", "sqlite_wal"), ("delete", "sqlite_rollback")):
+        path = os.path.join(directory, f"bench-{mode}.db")
+        connection = sqlite3.connect(path, isolation_level=None)
+        connection.execute(f"PRAGMA journal_mode={mode}")
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, value TEXT)")
+        start = time.perf_counter()
+        for index in range(rows):
+            connection.execute("INSERT INTO t(value) VALUES (?)", (f"row {index}",))
+        elapsed = time.perf_counter() - start
+        count = connection.execute("SELECT count(*) FROM t").fetchone()[0]
+        connection.close()
+        if count != rows:
+            raise RuntimeError(f"sqlite {mode}: {count} rows, not {rows}")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            if os.path.exists(path + suffix):
+                os.unlink(path + suffix)
+        measured[key] = (elapsed, f"{rows / elapsed:.0f}/s")
+    return measured
+
+
 def workload_cp(directory, source, scratch):
     folder = os.path.join(directory, "cp")
     os.mkdir(folder)
@@ -488,13 +545,16 @@ WORKLOADS = [
     ("rm_rf", "rm -rf of that tree", "s", 1, TARGETS),
     ("editor_save", "editor save (write tmp, fsync, rename over), per save", "ms", 1, TARGETS),
     ("overwrite", "open with O_TRUNC, write {overwrite_size}, close, per file", "ms", 1, TARGETS),
+    ("rewrite", "open with O_CREAT|O_TRUNC, write 4 KiB, close, per file", "ms", 1, TARGETS),
     ("cp_over", "cp {cp_size} over an existing file (hyperfine median)", "ms", 1, TARGETS),
-    ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "docs"]),
-    ("idle_rss", "daemon memory right after mounting (VmRSS)", "MiB", 1 / 1024, ["passthrough", "docs"]),
+    ("sqlite_wal", "SQLite WAL, {sqlite_rows} single-row transactions", "s", 1, TARGETS),
+    ("sqlite_rollback", "SQLite rollback journal, {sqlite_rows} single-row transactions", "s", 1, TARGETS),
+    ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "hp", "docs"]),
+    ("idle_rss", "daemon memory right after mounting (VmRSS)", "MiB", 1 / 1024, ["passthrough", "hp", "docs"]),
     ("many_hwm", "daemon peak memory (VmHWM) after listing {many} files", "MiB", 1 / 1024,
-     ["passthrough", "docs"]),
+     ["passthrough", "hp", "docs"]),
     ("many_per_file", "daemon memory per listed file ((VmHWM after − VmRSS before) / files)", "bytes", 1,
-     ["passthrough", "docs"]),
+     ["passthrough", "hp", "docs"]),
     ("notify_latency", "presenter notification latency, median ({presenters} presenters)", "ms", 1000, ["docs"]),
     ("notify_p99", "presenter notification latency, p99 ({presenters} presenters)", "ms", 1000, ["docs"]),
 ]
@@ -550,9 +610,9 @@ class Results:
 def render(results, info):
     names = info["names"]
     lines = [
-        "| workload | unit | native | passthrough_ll | ContainerFS Documents | ContainerFS tmp "
-        "| ContainerFS / passthrough_ll | ContainerFS / native |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| workload | unit | native | passthrough_ll | passthrough_hp | ContainerFS Documents | ContainerFS tmp "
+        "| ContainerFS / best of passthrough_ll and _hp | ContainerFS / native |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     rows = []
     for key, title, unit, scale, targets in WORKLOADS:
@@ -567,8 +627,12 @@ def render(results, info):
             extra = results.extra(key, target)
             cells.append(f"{text} ({extra})" if extra else text)
         ratios = []
-        for base in ("passthrough", "native"):
-            base_value = results.median(key, base)
+        for base in ("libfuse", "native"):
+            if base == "libfuse":
+                values = [v for v in (results.median(key, t) for t in LIBFUSE) if v is not None]
+                base_value = min(values) if values else None
+            else:
+                base_value = results.median(key, base)
             parts = []
             for target, label in (("docs", "Documents"), ("tmp", "tmp")):
                 value = results.median(key, target)
@@ -601,6 +665,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containerfs", required=True)
     parser.add_argument("--passthrough", required=True)
+    parser.add_argument("--passthrough-hp", required=True)
+    parser.add_argument("--libfuse-version", default="", help="what passthrough_hp was built from")
     parser.add_argument("--work", required=True, help="scratch directory (on the disk being measured)")
     parser.add_argument("--results", required=True, help="where latest.md and latest.json go")
     parser.add_argument("--command", default="bench/run.sh", help="the command shown in the report")
@@ -609,16 +675,18 @@ def main():
 
     work = os.path.abspath(arguments.work)
     os.makedirs(work, exist_ok=True)
-    daemons = Daemons(work, os.path.abspath(arguments.containerfs), os.path.abspath(arguments.passthrough))
+    daemons = Daemons(work, os.path.abspath(arguments.containerfs), os.path.abspath(arguments.passthrough),
+                      os.path.abspath(arguments.passthrough_hp))
     results = Results()
     started = datetime.datetime.now(datetime.timezone.utc)
     reps = CONFIG["BENCH_REPS"]
 
     native = os.path.join(work, "native")
     pt_source, pt_mount = os.path.join(work, "pt-source"), os.path.join(work, "pt-mount")
+    hp_source, hp_mount = os.path.join(work, "hp-source"), os.path.join(work, "hp-mount")
     store, cfs_mount = os.path.join(work, "store"), os.path.join(work, "cfs-mount")
     backing_documents = os.path.join(store, "containers", APP_ID, "Documents")
-    for folder in (native, pt_source):
+    for folder in (native, pt_source, hp_source):
         os.makedirs(folder)
 
     # The store: a one-file bundle is enough.
@@ -645,7 +713,8 @@ def main():
         # than the descriptor limit fails with EMFILE. Without CAP_SYS_RESOURCE the limit cannot be
         # raised (20,000 in some containers), so its listing shrinks to fit, in whole folders of
         # 1,000; only its memory per file is then comparable. ContainerFS lists them all.
-        listed = {"native": many, "passthrough": min(many, (descriptor_limit - 2000) // 1000 * 1000), "docs": many}
+        fitting = min(many, (descriptor_limit - 2000) // 1000 * 1000)
+        listed = {"native": many, "passthrough": fitting, "hp": fitting, "docs": many}
         if listed["passthrough"] < many:
             log(f"memory: passthrough_ll lists {listed['passthrough']} files, not {many}: "
                 f"the descriptor limit is {descriptor_limit}")
@@ -654,14 +723,18 @@ def main():
         log(f"memory: creating {many} files in each backing directory")
         make_many(os.path.join(native, "many"), many)
         make_many(os.path.join(pt_source, "many"), listed["passthrough"])
+        make_many(os.path.join(hp_source, "many"), listed["hp"])
         make_many(os.path.join(backing_documents, "many"), many)
         pt_pid = daemons.mount_passthrough(pt_source, pt_mount).pid
+        hp_pid = daemons.mount_passthrough_hp(hp_source, hp_mount).pid
         cfs_pid = daemons.mount_containerfs(store, cfs_mount)
         memory["passthrough_idle"] = memory_kib(pt_pid)
+        memory["hp_idle"] = memory_kib(hp_pid)
         memory["docs_idle"] = memory_kib(cfs_pid)
         results.add("passthrough", {"idle_rss": memory["passthrough_idle"]["VmRSS"]})
+        results.add("hp", {"idle_rss": memory["hp_idle"]["VmRSS"]})
         results.add("docs", {"idle_rss": memory["docs_idle"]["VmRSS"]})
-        places = {"native": native, "passthrough": pt_mount,
+        places = {"native": native, "passthrough": pt_mount, "hp": hp_mount,
                   "docs": os.path.join(cfs_mount, APP_ID, "Documents")}
         for rep in range(reps):
             for target, place in places.items():
@@ -680,8 +753,8 @@ def main():
                     results.add(target, {"many_list": elapsed})
                 elif rep == 0:
                     results.fail(target, "many_list", shortfall)
-                if rep == 0 and target in ("passthrough", "docs"):
-                    pid = pt_pid if target == "passthrough" else cfs_pid
+                if rep == 0 and target in ("passthrough", "hp", "docs"):
+                    pid = {"passthrough": pt_pid, "hp": hp_pid}.get(target, cfs_pid)
                     status = memory_kib(pid)
                     memory[f"{target}_after_list"] = status
                     idle = memory[f"{target}_idle"]["VmRSS"]
@@ -693,16 +766,19 @@ def main():
                         results.add(target, {"many_per_file": (per_file, f"{listed[target]:,} files")})
             log(f"memory: listing rep {rep + 1}/{reps} done")
         daemons.unmount(pt_mount)
+        daemons.unmount(hp_mount)
         daemons.unmount(cfs_mount)
-        for root in (native, pt_source, backing_documents):
+        for root in (native, pt_source, hp_source, backing_documents):
             shutil.rmtree(os.path.join(root, "many"))
 
         # 2. Everything else, on fresh mounts.
         daemons.mount_passthrough(pt_source, pt_mount)
+        daemons.mount_passthrough_hp(hp_source, hp_mount)
         daemons.mount_containerfs(store, cfs_mount)
         places = {
             "native": native,
             "passthrough": pt_mount,
+            "hp": hp_mount,
             "docs": os.path.join(cfs_mount, APP_ID, "Documents"),
             "tmp": os.path.join(cfs_mount, APP_ID, "tmp"),
         }
@@ -712,11 +788,13 @@ def main():
             ("tree", lambda place: workload_tree(place, archive, work)),
             ("editor save", workload_save),
             ("overwrite", workload_overwrite),
+            ("rewrite", workload_rewrite),
+            ("sqlite", workload_sqlite),
             ("cp", lambda place: workload_cp(place, cp_source, work)),
         ]
         only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
         if not only or "fio" in only or "seqread" in only:
-            share_read_file([native, pt_source, backing_documents, os.path.join(store, "containers", APP_ID, "tmp")])
+            share_read_file([native, pt_source, hp_source, backing_documents, os.path.join(store, "containers", APP_ID, "tmp")])
         order = list(places)
         if not only or "seqread" in only:
             sequential_reads(places, order, reps, results)
@@ -746,6 +824,7 @@ def main():
             "overwrite_size": size_label(CONFIG["BENCH_OVERWRITE_SIZE"]),
             "many": f"{memory.get('files_listed', CONFIG['BENCH_MANY_FILES']):,}",
             "presenters": f"{CONFIG['BENCH_PRESENTERS']:,}",
+            "sqlite_rows": f"{CONFIG['BENCH_SQLITE_ROWS']:,}",
         },
     }
     table, rows = render(results, info)
@@ -762,15 +841,18 @@ def main():
     notes = (
         "\nNotes:\n"
         "- passthrough_ll runs with its defaults: `-o cache=auto` (1 s entry and attribute timeouts), "
-        f"no writeback cache, multi-threaded. Both daemons run with a limit of {descriptor_limit:,} open "
-        "descriptors (passthrough_ll holds one per inode the kernel knows; ContainerFS one per directory "
+        "no writeback cache, multi-threaded. passthrough_hp (libfuse's current sources"
+        + (f", {arguments.libfuse_version}" if arguments.libfuse_version else "")
+        + ") runs with its defaults: reads and writes through FUSE passthrough, a day's entry and attribute "
+        f"timeouts, splice, multi-threaded. The daemons run with a limit of {descriptor_limit:,} open "
+        "descriptors (passthrough_ll and _hp hold one per inode the kernel knows; ContainerFS one per directory "
         "the kernel knows and per open file).\n"
         "- ContainerFS Documents writes with direct I/O through a shadow copy published at close; tmp "
         "writes in place. Readers of both read through FUSE passthrough (the kernel reads the file "
         "itself) while no one writes the file, where the kernel and a root daemon allow it.\n"
-        + (f"- passthrough_ll cannot list {memory['files_listed']:,} files here: it holds one descriptor per "
+        + (f"- passthrough_ll and passthrough_hp cannot list {memory['files_listed']:,} files here: each holds one descriptor per "
            f"inode the kernel knows, and the descriptor limit is {descriptor_limit:,} (raising it needs "
-           f"CAP_SYS_RESOURCE). Its listing time and peak show as failed; its memory per file comes from "
+           f"CAP_SYS_RESOURCE). Their listing times and peaks show as failed; their memory per file comes from "
            f"listing {memory['passthrough_files_listed']:,} files.\n"
            if memory.get("passthrough_files_listed", 0) < memory.get("files_listed", 0) else "")
         + "- Notification latency: one `containerfs watch` client presents the items; the time runs from "

@@ -37,6 +37,26 @@ if [ ! -x "$bench/build/passthrough_ll" ] || [ "$examples/passthrough_ll.c" -nt 
     $(pkg-config --cflags --libs fuse3)
 fi
 
+# libfuse's passthrough_hp, from its current public sources (LIBFUSE_SOURCE: another clone or URL),
+# built with meson against the libfuse of those sources.
+hp_source="$bench/build/libfuse"
+hp="$hp_source/build/example/passthrough_hp"
+if [ ! -x "$hp" ]; then
+  missing=()
+  for tool in meson:meson ninja:ninja-build g++:g++ git:git; do command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}"); done
+  if ((${#missing[@]})); then
+    echo "bench: installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  echo "bench: building passthrough_hp from ${LIBFUSE_SOURCE:-https://github.com/libfuse/libfuse}"
+  rm -rf "$hp_source"
+  git clone -q "${LIBFUSE_SOURCE:-https://github.com/libfuse/libfuse}" "$hp_source"
+  (cd "$hp_source" && meson setup build --buildtype=release -Dexamples=true -Dutils=false -Dtests=false >/dev/null &&
+     ninja -C build example/passthrough_hp >/dev/null)
+fi
+libfuse_version="libfuse $(git -C "$hp_source" describe --tags --always 2>/dev/null || echo unknown)"
+
 # Scratch space on the disk being measured (not tmpfs); BENCH_DIR picks another place.
 parent="${BENCH_DIR:-/tmp}"
 work="$(mktemp -d "$parent/containerfs-bench.XXXXXX")"
@@ -71,4 +91,5 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 python3 "$bench/bench.py" --containerfs "$containerfs" --passthrough "$bench/build/passthrough_ll" \
+  --passthrough-hp "$hp" --libfuse-version "$libfuse_version" \
   --work "$work" --results "$bench/results" --command "bench/run.sh"
