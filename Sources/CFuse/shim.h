@@ -60,6 +60,7 @@ struct cfuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define CFUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 #define CFUSE_INIT_EXT (1u << 30)
 #define CFUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
+#define CFUSE_DIRECT_IO_ALLOW_MMAP_FLAGS2 (1u << (36 - 32))
 #define CFUSE_FOPEN_NOFLUSH (1u << 5)
 #define CFUSE_FOPEN_PASSTHROUGH (1u << 7)
 
@@ -85,10 +86,12 @@ static inline int cfuse_reply_open_passthrough(fuse_req_t req, uint64_t fh, int3
     return fuse_reply_iov(req, &iov, 1);
 }
 
-/// Adds passthrough to libfuse's answer to the kernel's INIT (header and `fuse_init_out`), with a
-/// stack depth of 1: backing files on a disk filesystem, not on another stacked one. Returns whether
-/// it could; an answer that is an error, or from a kernel without extended flags, stays as it was.
-static inline int cfuse_offer_passthrough(struct iovec *iov, int count) {
+/// Adds to libfuse's answer to the kernel's INIT (header and `fuse_init_out`) what libfuse 3.14
+/// predates: shared mappings of files opened for direct I/O (Linux 6.6), and with `passthrough`,
+/// passthrough with a stack depth of 1 (backing files on a disk filesystem, not on another stacked
+/// one). Returns whether it could; an answer that is an error, or from a kernel without extended
+/// flags, stays as it was.
+static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough) {
     if (count != 2 || iov[0].iov_len < 16 || iov[1].iov_len != 64) return 0;
     int32_t error;
     memcpy(&error, (char *)iov[0].iov_base + 4, sizeof error);
@@ -98,9 +101,12 @@ static inline int cfuse_offer_passthrough(struct iovec *iov, int count) {
     char *out = iov[1].iov_base;
     uint32_t flags2, depth = 1;
     memcpy(&flags2, out + 32, sizeof flags2);
-    flags2 |= CFUSE_PASSTHROUGH_FLAGS2;
+    flags2 |= CFUSE_DIRECT_IO_ALLOW_MMAP_FLAGS2;
+    if (passthrough) {
+        flags2 |= CFUSE_PASSTHROUGH_FLAGS2;
+        memcpy(out + 36, &depth, sizeof depth);
+    }
     memcpy(out + 32, &flags2, sizeof flags2);
-    memcpy(out + 36, &depth, sizeof depth);
     return 1;
 }
 

@@ -59,7 +59,7 @@ public final class FuseSession {
     /// the reply hook adds the flag to its answer to the kernel's INIT. Call after `mount`, before
     /// `run`. Whether the kernel agreed shows at the first `openBacking`.
     public func offerPassthrough() {
-        box.takeUnretainedValue().amendsInitReply.store(true, ordering: .releasing)
+        box.takeUnretainedValue().offersPassthrough.store(true, ordering: .releasing)
     }
 
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
@@ -103,7 +103,7 @@ private func sendReply(_ device: Int32, _ vectors: UnsafeMutablePointer<iovec>?,
     if let userdata, let vectors {
         let box = Unmanaged<FileSystemBox>.fromOpaque(userdata).takeUnretainedValue()
         if box.amendsInitReply.load(ordering: .relaxed), box.amendsInitReply.exchange(false, ordering: .acquiringAndReleasing) {
-            _ = cfuse_offer_passthrough(vectors, count)
+            _ = cfuse_amend_init(vectors, count, box.offersPassthrough.load(ordering: .acquiring) ? 1 : 0)
         }
     }
     return writev(device, vectors, count)

@@ -58,9 +58,10 @@ public protocol LowLevelFileSystem: AnyObject {
 /// Holds the filesystem for the C trampolines, which find it through the session's user data.
 final class FileSystemBox {
     let fileSystem: any LowLevelFileSystem
-    /// Set while the session's next reply is the one to the kernel's INIT, to be amended (see
-    /// `FuseSession.offerPassthrough`).
-    let amendsInitReply = Atomic<Bool>(false)
+    /// Set while the session's next reply is the one to the kernel's INIT, to be amended: shared
+    /// mappings of direct-I/O files, and passthrough if offered (`FuseSession.offerPassthrough`).
+    let amendsInitReply = Atomic<Bool>(true)
+    let offersPassthrough = Atomic<Bool>(false)
     init(_ fileSystem: any LowLevelFileSystem) { self.fileSystem = fileSystem }
 }
 

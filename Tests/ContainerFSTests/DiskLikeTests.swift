@@ -86,4 +86,24 @@ final class DiskLikeTests: MountedTestCase {
 
         """)
     }
+
+    func testARewriteCanMapTheFileSharedAndWriteThroughTheMapping() {
+        // Linkers and fsx open with O_TRUNC, size the file, and write it through a shared mapping.
+        everywhere("""
+        echo "old contents" > out
+        python3 - <<'PY'
+        import mmap, os
+        fd = os.open("out", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(fd, 8192)
+        mapping = mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        mapping[0:4] = b"head"
+        mapping[8188:8192] = b"tail"
+        mapping.flush()
+        mapping.close()
+        os.close(fd)
+        data = open("out", "rb").read()
+        print(len(data), data[:4], data[-4:], data.count(0))
+        PY
+        """, expected: "8192 b'head' b'tail' 8184\n")
+    }
 }
