@@ -3,7 +3,7 @@
 # tests drive. Safe to run again: it installs only what is missing.
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux)
+packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

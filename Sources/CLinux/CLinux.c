@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <linux/fs.h>
+#include <linux/nsfs.h>
 #include <malloc.h>
 #include <unistd.h>
 #include <spawn.h>
@@ -30,6 +31,7 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
 }
 int clinux_ficlone(int destination, int source) { return ioctl(destination, FICLONE, source); }
+int clinux_ns_parent(int fd) { return ioctl(fd, NS_GET_PARENT); }
 int clinux_syncfs(int fd) { return syncfs(fd); }
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
 

@@ -45,6 +45,9 @@ extension ContainerFileSystem {
     /// item's path from the mount root (docs/client-library.md).
     static let controlSocketAttribute = "user.containerfs.control-socket"
     static let pathAttribute = "user.containerfs.path"
+    /// Reading it makes the daemon read the store's running-app records at once; its value is how
+    /// many sandboxes run. `containerfs run` reads it before its program starts (docs/island.md).
+    public static let runningAppsAttribute = "user.containerfs.running-apps"
 
     /// Attributes a container does not carry: SELinux labels and POSIX ACLs (mode bits, shown as
     /// policy enforces them, are the only permissions). Saying so, rather than "no data", lets tools
@@ -59,6 +62,9 @@ extension ContainerFileSystem {
         guard strncmp(name, "user.containerfs.", 17) == 0 else { return nil }
         if strcmp(name, ContainerFileSystem.controlSocketAttribute) == 0 { return controlSocketPath }
         if strcmp(name, ContainerFileSystem.pathAttribute) == 0 { return nodes.itemPath(of: node).bytes }
+        if strcmp(name, ContainerFileSystem.runningAppsAttribute) == 0, let islands {
+            return Array(String(islands.reload()).utf8)
+        }
         return nil
     }
 

@@ -32,6 +32,10 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     let brokenSeals: [String: SealReport]
     /// The app ID of the root, when one app is mounted alone.
     let rootApp: String?
+    let rootAppName: [UInt8]?
+    /// Which processes are which app's; nil when the store's records cannot be watched (then
+    /// `containerfs run` is refused: docs/island.md). Set before the session runs.
+    var islands: Islands?
     let coordination: MountCoordination
     let shadows: Shadows
     /// The control socket's path, which every item tells clients in an extended attribute.
@@ -54,6 +58,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         shadows = Shadows(directory: shadowDirectory)
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
+        rootAppName = rootApp.map { Array($0.rawValue.utf8) }
         brokenSeals = Dictionary(seals.filter { !$0.isIntact }.map { ($0.id.rawValue, $0) }) { first, _ in first }
     }
 

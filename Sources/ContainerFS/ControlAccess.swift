@@ -9,6 +9,11 @@ extension ContainerFileSystem {
     /// directory on the way searchable, then the mode bits of the item, or of its nearest existing
     /// directory for an item not made yet, and policy.
     public func mayAccess(_ peer: PeerCredentials, _ path: ItemPath, write: Bool) -> Bool {
+        // An app's presenters and coordinators reach only its own container.
+        if let islands, islands.active.load(ordering: .acquiring) {
+            let container = rootAppName ?? path.components.first?.bytes
+            guard admits(islands.identity(of: peer.processID), to: container) else { return false }
+        }
         var directory = nodes.root.descriptor
         var opened: [Int32] = []
         defer { opened.forEach { close($0) } }

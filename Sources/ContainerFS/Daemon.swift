@@ -72,8 +72,9 @@ public enum Daemon {
             rootDescriptor = next
             rootZone = rootZone.child(named: name)
         }
-        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue,
-                                                           pid: getpid()), in: store)
+        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue, pid: getpid(),
+                                                           root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/")),
+                                               in: store)
         defer { close(lease) }
         let (shadowDirectory, shadowPath) = try prepareShadowDirectory(in: store)
         defer { close(shadowDirectory) }
@@ -107,6 +108,11 @@ public enum Daemon {
                                                  coordination: coordination, shadowDirectory: shadowDirectory)
 
         fileSystem.controlSocketPath = Array(socketPath.utf8)
+        fileSystem.islands = Islands(store: store)
+        if fileSystem.islands == nil {
+            logger.warning("cannot watch the store's running apps; `containerfs run` will not confine apps of this mount",
+                           metadata: ["directory": "\(RunningApps.directory(of: store))"])
+        }
         served.fileSystem = fileSystem
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session

@@ -619,6 +619,19 @@ final class NodeTable: @unchecked Sendable {
         }
     }
 
+    /// In a mount of the whole store, the name of the container that holds `node`: its ancestor's
+    /// just below the root. Nil for the root.
+    func containerName(of node: Node) -> [UInt8]? {
+        state.withLock { _ in
+            var current = node
+            while let parent = current.parent {
+                if parent === root { return current.name }
+                current = parent
+            }
+            return nil
+        }
+    }
+
     /// The parent and name `node` was last seen under (nil for the root).
     func place(of node: Node) -> (parent: Node, name: [UInt8])? { node.lastSeen }
 

@@ -8,11 +8,14 @@ public struct ActiveMount: Codable, Sendable, Equatable {
     /// The app mounted alone, or nil for the whole store.
     public var app: String?
     public var pid: Int32
+    /// With `app`: the directory of its container mounted as the root (`root=`), or nil for the container.
+    public var root: String?
 
-    public init(mountPoint: String, app: String?, pid: Int32) {
+    public init(mountPoint: String, app: String?, pid: Int32, root: String? = nil) {
         self.mountPoint = mountPoint
         self.app = app
         self.pid = pid
+        self.root = root
     }
 
     public func covers(_ id: AppID) -> Bool { app == nil || app == id.rawValue }

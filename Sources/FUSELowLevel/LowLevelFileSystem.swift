@@ -47,6 +47,11 @@ public protocol LowLevelFileSystem: AnyObject {
     func removexattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>)
     func access(_ request: FuseRequest, inode: InodeNumber, mask: Int32)
     func create(_ request: FuseRequest, parent: InodeNumber, name: FileName, mode: mode_t, file: FileInfo)
+    /// 0 if the caller may reach `inode` at all, else the error to answer. Asked before every
+    /// request that names a node by its inode or its parent's, and before reading a directory;
+    /// not for requests on an open file (read, write, fstat, flush, fsync, release), which its
+    /// open was asked for.
+    func admit(_ request: FuseRequest, inode: InodeNumber) -> Int32
     /// Makes an unnamed file in `parent` and opens it (`open(O_TMPFILE)`), answering as `create`
     /// does; a `link` names it later. ENOSYS makes the kernel answer EOPNOTSUPP from then on.
     func tmpfile(_ request: FuseRequest, parent: InodeNumber, mode: mode_t, file: FileInfo)
@@ -75,6 +80,21 @@ private func optionalFile(_ info: UnsafeMutablePointer<fuse_file_info>?) -> File
     info.map(FileInfo.init)
 }
 
+extension LowLevelFileSystem {
+    public func admit(_ request: FuseRequest, inode: InodeNumber) -> Int32 { 0 }
+}
+
+/// Whether the filesystem admits the caller to `inode` (and `other`); if not, answers the request.
+@inline(__always)
+private func admitted(_ request: fuse_req_t?, _ inode: fuse_ino_t, _ other: fuse_ino_t? = nil) -> Bool {
+    let fs = fileSystem(request)
+    var error = fs.admit(FuseRequest(request!), inode: inode)
+    if error == 0, let other { error = fs.admit(FuseRequest(request!), inode: other) }
+    if error == 0 { return true }
+    fuse_reply_err(request, error)
+    return false
+}
+
 /// The operations table handed to `fuse_session_new`: C trampolines into the Swift filesystem.
 func makeOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
@@ -85,6 +105,7 @@ func makeOperations() -> fuse_lowlevel_ops {
         Unmanaged<FileSystemBox>.fromOpaque(userdata!).takeUnretainedValue().fileSystem.destroy()
     }
     ops.lookup = { req, parent, name in
+        guard admitted(req, parent) else { return }
         fileSystem(req).lookup(FuseRequest(req!), parent: parent, name: FileName(name!))
     }
     ops.forget = { req, inode, count in
@@ -99,36 +120,50 @@ func makeOperations() -> fuse_lowlevel_ops {
         fuse_reply_none(req)
     }
     ops.getattr = { req, inode, info in
+        // fstat of an open file is asked with its handle, as a read is.
+        guard info != nil || admitted(req, inode) else { return }
         fileSystem(req).getattr(FuseRequest(req!), inode: inode, file: optionalFile(info))
     }
     ops.setattr = { req, inode, attributes, fields, info in
+        guard admitted(req, inode) else { return }
         fileSystem(req).setattr(FuseRequest(req!), inode: inode, attributes: attributes!,
                                 fields: AttributeFields(rawValue: fields), file: optionalFile(info))
     }
-    ops.readlink = { req, inode in fileSystem(req).readlink(FuseRequest(req!), inode: inode) }
+    ops.readlink = { req, inode in
+        guard admitted(req, inode) else { return }
+        fileSystem(req).readlink(FuseRequest(req!), inode: inode)
+    }
     ops.mknod = { req, parent, name, mode, device in
+        guard admitted(req, parent) else { return }
         fileSystem(req).mknod(FuseRequest(req!), parent: parent, name: FileName(name!), mode: mode, device: device)
     }
     ops.mkdir = { req, parent, name, mode in
+        guard admitted(req, parent) else { return }
         fileSystem(req).mkdir(FuseRequest(req!), parent: parent, name: FileName(name!), mode: mode)
     }
     ops.unlink = { req, parent, name in
+        guard admitted(req, parent) else { return }
         fileSystem(req).unlink(FuseRequest(req!), parent: parent, name: FileName(name!))
     }
     ops.rmdir = { req, parent, name in
+        guard admitted(req, parent) else { return }
         fileSystem(req).rmdir(FuseRequest(req!), parent: parent, name: FileName(name!))
     }
     ops.symlink = { req, target, parent, name in
+        guard admitted(req, parent) else { return }
         fileSystem(req).symlink(FuseRequest(req!), target: target!, parent: parent, name: FileName(name!))
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
+        guard admitted(req, parent, newParent) else { return }
         fileSystem(req).rename(FuseRequest(req!), parent: parent, name: FileName(name!),
                                newParent: newParent, newName: FileName(newName!), flags: flags)
     }
     ops.link = { req, inode, newParent, newName in
+        guard admitted(req, inode, newParent) else { return }
         fileSystem(req).link(FuseRequest(req!), inode: inode, newParent: newParent, newName: FileName(newName!))
     }
     ops.open = { req, inode, info in
+        guard admitted(req, inode) else { return }
         fileSystem(req).open(FuseRequest(req!), inode: inode, file: FileInfo(info!))
     }
     ops.read = { req, inode, size, offset, info in
@@ -147,13 +182,16 @@ func makeOperations() -> fuse_lowlevel_ops {
         fileSystem(req).fsync(FuseRequest(req!), inode: inode, dataOnly: dataOnly != 0, file: FileInfo(info!))
     }
     ops.opendir = { req, inode, info in
+        guard admitted(req, inode) else { return }
         fileSystem(req).opendir(FuseRequest(req!), inode: inode, file: FileInfo(info!))
     }
     ops.readdir = { req, inode, size, offset, info in
+        guard admitted(req, inode) else { return }
         fileSystem(req).readdir(FuseRequest(req!), inode: inode, size: size, offset: offset,
                                 file: FileInfo(info!), plus: false)
     }
     ops.readdirplus = { req, inode, size, offset, info in
+        guard admitted(req, inode) else { return }
         fileSystem(req).readdir(FuseRequest(req!), inode: inode, size: size, offset: offset,
                                 file: FileInfo(info!), plus: true)
     }
@@ -165,18 +203,28 @@ func makeOperations() -> fuse_lowlevel_ops {
     }
     ops.statfs = { req, inode in fileSystem(req).statfs(FuseRequest(req!), inode: inode) }
     ops.setxattr = { req, inode, name, value, size, flags in
+        guard admitted(req, inode) else { return }
         fileSystem(req).setxattr(FuseRequest(req!), inode: inode, name: name!,
                                  value: UnsafeRawBufferPointer(start: value, count: size), flags: flags)
     }
     ops.getxattr = { req, inode, name, size in
+        guard admitted(req, inode) else { return }
         fileSystem(req).getxattr(FuseRequest(req!), inode: inode, name: name!, size: size)
     }
-    ops.listxattr = { req, inode, size in fileSystem(req).listxattr(FuseRequest(req!), inode: inode, size: size) }
+    ops.listxattr = { req, inode, size in
+        guard admitted(req, inode) else { return }
+        fileSystem(req).listxattr(FuseRequest(req!), inode: inode, size: size)
+    }
     ops.removexattr = { req, inode, name in
+        guard admitted(req, inode) else { return }
         fileSystem(req).removexattr(FuseRequest(req!), inode: inode, name: name!)
     }
-    ops.access = { req, inode, mask in fileSystem(req).access(FuseRequest(req!), inode: inode, mask: mask) }
+    ops.access = { req, inode, mask in
+        guard admitted(req, inode) else { return }
+        fileSystem(req).access(FuseRequest(req!), inode: inode, mask: mask)
+    }
     ops.create = { req, parent, name, mode, info in
+        guard admitted(req, parent) else { return }
         // "/": a FUSE_TMPFILE that cfuse_io_read handed on as a creation.
         if name![0] == 0x2F, name![1] == 0 {
             return fileSystem(req).tmpfile(FuseRequest(req!), parent: parent, mode: mode, file: FileInfo(info!))

@@ -14,6 +14,7 @@ struct ContainerFSCommand: ParsableCommand {
             Install.self,
             List.self,
             Mount.self,
+            RunCommand.self,
             Unmount.self,
             VerifyCommand.self,
             CheckCommand.self,

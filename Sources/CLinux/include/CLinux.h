@@ -24,6 +24,8 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
 int clinux_ficlone(int destination, int source);
+/// The parent of the user namespace open as `fd` (NS_GET_PARENT), or -1 with errno (EPERM above the caller's own).
+int clinux_ns_parent(int fd);
 int clinux_syncfs(int fd);
 /// Gives memory malloc keeps for later use back to the system.
 int clinux_malloc_trim(size_t pad);

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Containers
 import Coordination
 import FileCoordination
 import Foundation
@@ -10,7 +11,8 @@ struct StatusCommand: ParsableCommand {
         discussion: """
         Asks the mount's daemon over its control socket. Lists connected clients (pid, uid), presenters
         (unresponsive ones marked), active and waiting coordinated accesses, messages waiting for a
-        presenter's answer, and open write sessions. --json prints the daemon's status reply as JSON
+        presenter's answer, open write sessions, and the apps running from the store (`containerfs
+        run`) with their processes. --json prints the daemon's status reply as JSON
         (paths as lists of names, as in docs/control-protocol.md).
         """
     )
@@ -55,7 +57,50 @@ struct StatusCommand: ParsableCommand {
             print(String(decoding: try encoder.encode(status), as: UTF8.self))
         } else {
             print(StatusReport(status: status, excluding: me, mountRoot: location.mountRoot).text, terminator: "")
+            if let mountRoot = location.mountRoot { print(RunningAppsReport(mountPoint: mountRoot).text, terminator: "") }
         }
+    }
+}
+
+/// The apps running from the mount's store, each sandbox with the processes in it (the
+/// descendants of its `containerfs run`).
+struct RunningAppsReport {
+    let mountPoint: String
+
+    var text: String {
+        guard let source = Sandbox.mountSource(of: mountPoint),
+              let store = try? Store.open(String(source.split(separator: ":", maxSplits: 1).first ?? ""))
+        else { return "" }
+        let running = RunningApps.list(in: store)
+        guard !running.isEmpty else { return "Running apps: none\n" }
+        let processes = Self.processes()
+        var lines = ["Running apps:"]
+        for app in running {
+            var descendants: [(pid_t, String)] = []
+            var frontier = [app.launcher]
+            while let parent = frontier.popLast() {
+                for (pid, entry) in processes where entry.parent == parent {
+                    descendants.append((pid, entry.name))
+                    frontier.append(pid)
+                }
+            }
+            let list = descendants.sorted { $0.0 < $1.0 }.map { "\($0.0) \($0.1)" }.joined(separator: ", ")
+            lines.append("  \(app.app): launched by pid \(app.launcher); processes: \(list.isEmpty ? "none" : list)")
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Every process's parent and name, from /proc/PID/stat.
+    private static func processes() -> [pid_t: (parent: pid_t, name: String)] {
+        var table: [pid_t: (parent: pid_t, name: String)] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = pid_t(name), let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")") else { continue }
+            let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+            guard fields.count > 1, let parent = pid_t(fields[1]) else { continue }
+            table[pid] = (parent, String(stat[stat.index(after: open)..<close]))
+        }
+        return table
     }
 }
 

@@ -1,0 +1,154 @@
+import CLinux
+import Containers
+import Dispatch
+import FUSELowLevel
+import Glibc
+import Synchronization
+
+/// Which processes are which app's: the store's running-app records (`RunningApps`), watched with
+/// inotify, map user namespaces to apps. A process in a recorded namespace reaches only its app's
+/// container; every other process is not confined (docs/island.md).
+final class Islands: @unchecked Sendable {
+    enum Identity: Equatable {
+        /// Not in any app's sandbox: mode bits and policy decide, as before.
+        case unconfined
+        /// A process of this app.
+        case app([UInt8])
+        /// A process whose namespace cannot be read (it is gone): refused.
+        case unknown
+    }
+
+    private struct State {
+        /// The recorded namespaces (a sandbox's own; its processes may be in one nested in it).
+        var recorded: [UInt64: [UInt8]] = [:]
+        /// Namespaces already traced to a record or to none, until the records change.
+        var resolved: [UInt64: Identity] = [:]
+    }
+
+    private let directory: String
+    private let descriptor: Int32
+    private let source: DispatchSourceRead
+    private let state = Mutex(State())
+    /// The daemon's own user namespace: its processes, and all of a machine without sandboxes.
+    private let home: UInt64?
+    /// Whether any app runs: requests skip the lookup of the caller's namespace when none does.
+    let active = Atomic<Bool>(false)
+
+    init?(store: Store) {
+        directory = RunningApps.directory(of: store)
+        home = RunningApps.userNamespace(of: getpid())
+        guard (try? RunningApps.prepare(store)) != nil else { return nil }
+        descriptor = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+        guard descriptor >= 0 else { return nil }
+        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR)
+        guard inotify_add_watch(descriptor, directory, mask) >= 0 else {
+            close(descriptor)
+            return nil
+        }
+        source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: DispatchQueue(label: "containerfs.islands"))
+        let descriptor = self.descriptor
+        source.setEventHandler { [unowned self] in
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while read(descriptor, &buffer, buffer.count) > 0 {}
+            reload()
+        }
+        source.setCancelHandler { close(descriptor) }
+        reload()
+        source.resume()
+    }
+
+    deinit { source.cancel() }
+
+    /// Reads the records again: on the watch's word, and when `containerfs run` asks through the
+    /// mount (`reloadAttribute`) before its program starts, so that no request of it comes first.
+    @discardableResult
+    func reload() -> Int {
+        var recorded: [UInt64: [UInt8]] = [:]
+        if let handle = opendir(directory) {
+            defer { closedir(handle) }
+            while let entry = readdir(handle) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                if let (namespace, app) = RunningApps.parse(name) { recorded[namespace] = Array(app.utf8) }
+            }
+        }
+        state.withLock { $0 = State(recorded: recorded, resolved: [:]) }
+        active.store(!recorded.isEmpty, ordering: .releasing)
+        return recorded.count
+    }
+
+    /// The identity of the process `pid` (a request's caller, a control client).
+    func identity(of pid: pid_t) -> Identity {
+        guard pid > 0 else { return .unconfined }
+        guard let namespace = Islands.userNamespace(of: pid) else { return .unknown }
+        if namespace == home { return .unconfined }
+        if let known = state.withLock({ $0.resolved[namespace] }) { return known }
+        let identity = trace(pid)
+        state.withLock { $0.resolved[namespace] = identity }
+        return identity
+    }
+
+    /// Follows `pid`'s user namespace up through its parents to a recorded one (bubblewrap runs
+    /// the program in a namespace nested in the sandbox's), or to the daemon's own.
+    private func trace(_ pid: pid_t) -> Identity {
+        var current = open("/proc/\(pid)/ns/user", O_RDONLY | O_CLOEXEC)
+        guard current >= 0 else { return .unknown }
+        defer { close(current) }
+        for _ in 0..<32 {
+            var attributes = stat()
+            guard fstat(current, &attributes) == 0 else { return .unknown }
+            let namespace = UInt64(attributes.st_ino)
+            if namespace == home { return .unconfined }
+            if let app = state.withLock({ $0.recorded[namespace] }) { return .app(app) }
+            let parent = clinux_ns_parent(current)
+            // EPERM: above the daemon's own namespace; nothing there is recorded.
+            guard parent >= 0 else { return .unconfined }
+            close(current)
+            current = parent
+        }
+        return .unknown
+    }
+    /// `/proc/PID/ns/user`'s inode number, formatted without allocating: asked on every request
+    /// while an app runs.
+    private static func userNamespace(of pid: pid_t) -> UInt64? {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 32) { buffer in
+            var length = 0
+            for byte in "/proc/".utf8 { buffer[length] = CChar(byte); length += 1 }
+            var digits = 0, value = pid
+            repeat { digits += 1; value /= 10 } while value > 0
+            value = pid
+            for index in stride(from: length + digits - 1, through: length, by: -1) {
+                buffer[index] = CChar(UInt8(ascii: "0") + UInt8(value % 10))
+                value /= 10
+            }
+            length += digits
+            for byte in "/ns/user".utf8 { buffer[length] = CChar(byte); length += 1 }
+            buffer[length] = 0
+            var attributes = stat()
+            guard stat(buffer.baseAddress!, &attributes) == 0 else { return nil }
+            return UInt64(attributes.st_ino)
+        }
+    }
+}
+
+extension ContainerFileSystem {
+    /// A process of an app reaches only that app's container: any other node is EACCES, however
+    /// the process came to name it (a passed descriptor, another mount of the store).
+    public func admit(_ request: FuseRequest, inode: InodeNumber) -> Int32 {
+        guard let islands, islands.active.load(ordering: .acquiring) else { return 0 }
+        return admits(islands.identity(of: request.caller.pid), to: container(of: nodes.node(inode))) ? 0 : EACCES
+    }
+
+    func admits(_ identity: Islands.Identity, to container: [UInt8]?) -> Bool {
+        switch identity {
+        case .unconfined: return true
+        case .unknown: return false
+        case .app(let app): return container == app
+        }
+    }
+
+    /// The app whose container holds `node`: the mount's own app, or in a mount of the whole store
+    /// the name below the root (nil for the root itself).
+    func container(of node: Node) -> [UInt8]? {
+        rootAppName ?? nodes.containerName(of: node)
+    }
+}

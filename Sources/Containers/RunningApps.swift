@@ -1,0 +1,95 @@
+import Foundation
+import Glibc
+
+/// One sandbox started by `containerfs run`: the app it runs, the inode number of its user
+/// namespace (every process of the sandbox is in it, and can make no other), and the pid of the
+/// `containerfs run` that waits for it.
+public struct RunningApp: Sendable, Equatable {
+    public var namespace: UInt64
+    public var app: String
+    public var launcher: Int32
+
+    public init(namespace: UInt64, app: String, launcher: Int32) {
+        self.namespace = namespace
+        self.app = app
+        self.launcher = launcher
+    }
+
+    /// The record's file name: `NAMESPACE.APPID`.
+    var fileName: String { "\(namespace).\(app)" }
+}
+
+/// The store's running apps, one file per sandbox in `work/running`, named `NAMESPACE.APPID` and
+/// holding the launcher's pid. The daemons serving the store watch the directory: a process in a
+/// recorded namespace reaches only that app's container (docs/island.md).
+public enum RunningApps {
+    public static func directory(of store: Store) -> String { store.workPath + "/running" }
+
+    /// Creates the directory, readable by all (the daemons of other users read it), written only by
+    /// the store's owner (who runs its apps), also when a daemon running as root makes it.
+    public static func prepare(_ store: Store) throws {
+        let path = directory(of: store)
+        if mkdir(path, 0o755) != 0 {
+            guard errno == EEXIST else { throw ContainerError("\(path): cannot create (\(String(cString: strerror(errno)))).") }
+            return
+        }
+        var owner = stat()
+        guard stat(store.root, &owner) == 0 else { throw ContainerError("\(store.root): \(String(cString: strerror(errno)))") }
+        if owner.st_uid != geteuid(), chown(path, owner.st_uid, owner.st_gid) != 0 {
+            throw ContainerError("\(path): cannot give it to the store's owner (\(String(cString: strerror(errno)))).")
+        }
+    }
+
+    /// Writes the record whole (a temporary file renamed into place), so a daemon never reads half.
+    public static func record(_ app: RunningApp, in store: Store) throws {
+        try prepare(store)
+        let path = directory(of: store) + "/" + app.fileName
+        let temporary = directory(of: store) + "/.\(app.fileName).\(getpid())"
+        do {
+            try Data("\(app.launcher)\n".utf8).write(to: URL(fileURLWithPath: temporary))
+        } catch {
+            throw ContainerError("\(temporary): cannot write the running app's record (\(error.localizedDescription)).")
+        }
+        guard rename(temporary, path) == 0 else {
+            let error = errno
+            unlink(temporary)
+            throw ContainerError("\(path): cannot record the running app (\(String(cString: strerror(error)))).")
+        }
+    }
+
+    public static func remove(_ app: RunningApp, in store: Store) {
+        unlink(directory(of: store) + "/" + app.fileName)
+    }
+
+    /// The records whose launcher still runs. A record left by a launcher that died (killed, or a
+    /// machine that stopped) is removed: its namespace is gone with its processes.
+    public static func list(in store: Store) -> [RunningApp] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory(of: store))) ?? []
+        return names.compactMap { name -> RunningApp? in
+            guard let (namespace, app) = parse(name) else { return nil }
+            let path = directory(of: store) + "/" + name
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+                  let launcher = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return nil }
+            if kill(launcher, 0) != 0, errno == ESRCH {
+                unlink(path)
+                return nil
+            }
+            return RunningApp(namespace: namespace, app: app, launcher: launcher)
+        }.sorted { ($0.app, $0.namespace) < ($1.app, $1.namespace) }
+    }
+
+    /// `NAMESPACE.APPID` split, or nil for any other name (temporary files start with a dot).
+    public static func parse(_ name: String) -> (UInt64, String)? {
+        guard let dot = name.firstIndex(of: "."), let namespace = UInt64(name[..<dot]) else { return nil }
+        let app = String(name[name.index(after: dot)...])
+        guard AppID(app) != nil else { return nil }
+        return (namespace, app)
+    }
+
+    /// The inode number of `pid`'s user namespace, or nil if it cannot be read.
+    public static func userNamespace(of pid: pid_t) -> UInt64? {
+        var attributes = stat()
+        guard stat("/proc/\(pid)/ns/user", &attributes) == 0 else { return nil }
+        return UInt64(attributes.st_ino)
+    }
+}

@@ -1,0 +1,289 @@
+import ArgumentParser
+import CLinux
+import ContainerFS
+import Containers
+import Dispatch
+import Foundation
+import FileCoordination
+
+/// `containerfs run`: a program started as an app, in a bubblewrap sandbox that shows it its own
+/// containers through the mount and nothing else of the store (docs/island.md).
+struct RunCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Run a program as an app: inside its containers and nowhere else.",
+        discussion: """
+        STORE_OR_MOUNT is the mount point of a mounted store, or a store that is mounted (the whole
+        store, or the app alone). The program sees the app's data container as HOME (Documents,
+        Library and tmp; TMPDIR and /tmp are its tmp), its bundle read-only at CONTAINERFS_BUNDLE,
+        the system's files read-only, and nothing else: no other app, no user's home. The mount
+        refuses its processes every other container, however they name it. An app whose bundle
+        changed since it was sealed does not start. tmp is emptied when the app's last sandbox
+        exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where the kernel allows
+        them to all users).
+        """
+    )
+
+    @Argument(help: "A mounted store's mount point, or a store that is mounted.") var place: String
+    @Argument(help: "The app to run as.") var id: String
+    @Argument(parsing: .postTerminator, help: "The program and its arguments, after --.") var command: [String] = []
+
+    func validate() throws {
+        guard !command.isEmpty else { throw ValidationError("Give the program after --: containerfs run STORE_OR_MOUNT ID -- COMMAND [ARGS...]") }
+        guard AppID(id) != nil else { throw ValidationError("'\(id)' is not an app ID.") }
+    }
+
+    func run() throws {
+        let app = AppID(id)!
+        let (store, container) = try locate(app)
+        let report = try Seal.check(store: store, id: app)
+        guard report.isIntact else {
+            for finding in report.findings { printError("\(app): \(report.bundleName)/\(finding)") }
+            printError("\(app) was not started: its bundle changed since it was sealed. Reinstall it with `containerfs install \(store.root) PATH/TO/\(report.bundleName)`; its Documents and Library are kept.")
+            throw ExitCode(1)
+        }
+        guard let bwrap = Sandbox.bubblewrap() else {
+            throw ContainerError("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or scripts/setup.sh.")
+        }
+        let sandbox = Sandbox(app: app, container: container, bundleName: report.bundleName)
+        let status = try sandbox.run(bwrap: bwrap, command: command, store: store)
+        throw ExitCode(status)
+    }
+
+    /// The store and the app's data container as the mount shows it.
+    private func locate(_ app: AppID) throws -> (Store, String) {
+        let path = Store.absolute(place)
+        if let store = try? Store.open(path) {
+            guard let mount = MountRegistry.active(in: store).first(where: { $0.covers(app) && $0.root == nil }) else {
+                throw ContainerError("\(store.root) is not mounted. Mount it first: containerfs mount \(store.root) MOUNTPOINT")
+            }
+            return (store, mount.app == nil ? mount.mountPoint + "/" + app.rawValue : mount.mountPoint)
+        }
+        // A mount point: the store is the source the mount table shows (STORE or STORE:ID).
+        guard let source = Sandbox.mountSource(of: path) else {
+            throw ContainerError("\(place) is neither a store nor a ContainerFS mount point.")
+        }
+        let storePath = source.split(separator: ":", maxSplits: 1).first.map(String.init) ?? source
+        guard let store = try? Store.open(storePath),
+              let mount = MountRegistry.active(in: store).first(where: { $0.mountPoint == path }) else {
+            throw ContainerError("\(place): cannot find its store (the mount's source is '\(source)'); give the store instead.")
+        }
+        guard mount.root == nil, mount.covers(app) else {
+            throw ContainerError("\(place) does not show \(app)'s container; give a mount of the whole store or of \(app).")
+        }
+        return (store, mount.app == nil ? path + "/" + app.rawValue : path)
+    }
+}
+
+/// The sandbox of one run: what bubblewrap is asked to show, and the record that tells the
+/// daemons which processes are the app's.
+struct Sandbox {
+    let app: AppID
+    /// The data container through the mount.
+    let container: String
+    let bundleName: String
+
+    /// Where the program finds things, as on iOS.
+    var home: String { "/var/mobile/Containers/Data/Application/" + app.rawValue }
+    var bundle: String { "/var/containers/Bundle/Application/" + app.rawValue + "/" + bundleName }
+
+    static func bubblewrap() -> String? {
+        for directory in ["/usr/bin", "/bin", "/usr/local/bin"] where access(directory + "/bwrap", X_OK) == 0 {
+            return directory + "/bwrap"
+        }
+        return nil
+    }
+
+    /// The source field of the mount at `mountPoint`, from the mount table.
+    static func mountSource(of mountPoint: String) -> String? {
+        guard let table = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return nil }
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count > 2, fields[2].hasPrefix("fuse") else { continue }
+            if unescape(fields[1]) == mountPoint { return unescape(fields[0]) }
+        }
+        return nil
+    }
+
+    /// The mount table writes space, tab, newline and backslash as octal escapes.
+    private static func unescape(_ field: Substring) -> String {
+        var bytes: [UInt8] = []
+        var index = field.utf8.startIndex
+        let utf8 = field.utf8
+        while index < utf8.endIndex {
+            if utf8[index] == UInt8(ascii: "\\"), utf8.distance(from: index, to: utf8.endIndex) >= 4,
+               let value = UInt8(String(decoding: utf8[utf8.index(after: index)..<utf8.index(index, offsetBy: 4)], as: UTF8.self), radix: 8) {
+                bytes.append(value)
+                index = utf8.index(index, offsetBy: 4)
+            } else {
+                bytes.append(utf8[index])
+                index = utf8.index(after: index)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// bubblewrap's arguments, the program's last. Descriptor 3 gets the sandbox's pid; the program
+    /// starts when descriptor 4 is readable, after the record names its namespace.
+    func arguments(command: [String], controlSocket: String?) -> [String] {
+        // New namespaces for users (the identity the daemons check; no further ones inside), pids,
+        // IPC and host name; the network stays.
+        var arguments = ["--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                         "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        // The system, read-only: /usr and its links, /etc, /opt.
+        for path in ["/usr", "/etc", "/opt"] where FileManager.default.fileExists(atPath: path) {
+            arguments += ["--ro-bind", path, path]
+        }
+        for path in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
+            if let target = try? FileManager.default.destinationOfSymbolicLink(atPath: path) {
+                arguments += ["--symlink", target, path]
+            } else if FileManager.default.fileExists(atPath: path) {
+                arguments += ["--ro-bind", path, path]
+            }
+        }
+        arguments += ["--proc", "/proc", "--dev", "/dev"]
+        // The app's containers, through the mount.
+        for name in ["Documents", "Library", "tmp"] {
+            arguments += ["--bind", container + "/" + name, home + "/" + name]
+        }
+        arguments += ["--bind", container + "/tmp", "/tmp", "--ro-bind", container + "/" + bundleName, bundle]
+        // Presenters and coordinators inside reach the daemon; it scopes them to the app.
+        if let controlSocket { arguments += ["--bind", controlSocket, controlSocket] }
+        arguments += ["--clearenv", "--setenv", "HOME", home, "--setenv", "TMPDIR", home + "/tmp",
+                      "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+                      "--setenv", AppContainer.appIDVariable, app.rawValue, "--setenv", AppContainer.bundleVariable, bundle]
+        for name in ["LANG", "LC_ALL", "TERM"] {
+            if let value = ProcessInfo.processInfo.environment[name] { arguments += ["--setenv", name, value] }
+        }
+        arguments += ["--chdir", home, "--info-fd", "3", "--block-fd", "4", "--"] + command
+        return arguments
+    }
+
+    /// Runs the program to its end; returns its exit status.
+    func run(bwrap: String, command: [String], store: Store) throws -> Int32 {
+        let socket = controlSocket()
+        var info: [Int32] = [0, 0], block: [Int32] = [0, 0]
+        guard pipe(&info) == 0, pipe(&block) == 0 else {
+            throw ContainerError("pipe: \(String(cString: strerror(errno)))")
+        }
+        // Only the copies spawn makes as 3 and 4 reach bwrap.
+        for descriptor in info + block { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, info[1], 3)
+        posix_spawn_file_actions_adddup2(&actions, block[0], 4)
+        clinux_spawn_close_from(&actions, 5)
+        let argv = [bwrap] + arguments(command: command, controlSocket: socket)
+        var cArguments = argv.map { strdup($0) } + [nil]
+        defer { cArguments.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, bwrap, &actions, nil, &cArguments, environ)
+        close(info[1])
+        close(block[0])
+        guard spawned == 0 else {
+            close(info[0]); close(block[1])
+            throw ContainerError("could not start bwrap: \(String(cString: strerror(spawned)))")
+        }
+        // Ctrl-C and termination go to the sandbox, so that this process outlives it and removes the record.
+        let signals = [SIGINT, SIGTERM, SIGHUP].map { number -> DispatchSourceSignal in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { kill(pid, SIGTERM) }
+            source.resume()
+            return source
+        }
+        defer { signals.forEach { $0.cancel() } }
+
+        let started = Sandbox.readChildPid(info[0])
+        close(info[0])
+        var (record, refusal) = started.map { register($0, in: store) } ?? (nil, nil)
+        defer {
+            if let record { RunningApps.remove(record, in: store) }
+        }
+        if record != nil {
+            var go: UInt8 = 1
+            if write(block[1], &go, 1) != 1 { refusal = "bwrap stopped before the program could start (\(String(cString: strerror(errno))))." }
+        }
+        // Unless the mount knows the sandbox the program never starts: closing the pipe ends
+        // bwrap's wait, and it exits.
+        close(block[1])
+        let status = Sandbox.wait(pid)
+        if started == nil || refusal != nil {
+            printError(started == nil
+                ? "\(app) was not started: bwrap could not make the sandbox (see its message above). It needs user namespaces: run as root, or allow them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)."
+                : "\(app) was not started: \(refusal ?? "its sandbox's namespace could not be read").")
+            return status == 0 ? 1 : status
+        }
+        if let record { RunningApps.remove(record, in: store) }
+        record = nil
+        emptyTemporaryIfLast(store)
+        return status
+    }
+
+    /// Records the sandbox whose first process is `child`, and makes the mount read the record
+    /// before the program can ask it anything. Nil and why, if the program must not start.
+    private func register(_ child: pid_t, in store: Store) -> (RunningApp?, String?) {
+        guard let namespace = RunningApps.userNamespace(of: child), namespace != RunningApps.userNamespace(of: getpid()) else {
+            return (nil, "its sandbox has no user namespace of its own, by which the mount would know its processes.")
+        }
+        let running = RunningApp(namespace: namespace, app: app.rawValue, launcher: getpid())
+        do {
+            try RunningApps.record(running, in: store)
+        } catch {
+            return (nil, "its sandbox could not be recorded for the mount: \(error)")
+        }
+        var answer = [UInt8](repeating: 0, count: 32)
+        guard clinux_getxattr(container, ContainerFileSystem.runningAppsAttribute, &answer, answer.count) > 0 else {
+            let error = errno
+            RunningApps.remove(running, in: store)
+            return (nil, "the mount at \(container) does not confine apps (\(String(cString: strerror(error)))); remount the store with this version of containerfs.")
+        }
+        return (running, nil)
+    }
+
+    /// The mount's control socket, if the container names one.
+    private func controlSocket() -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let length = clinux_getxattr(container, MountLocator.socketAttribute, &buffer, buffer.count)
+        guard length > 0 else { return nil }
+        return String(decoding: buffer[..<length], as: UTF8.self)
+    }
+
+    /// bubblewrap writes `{"child-pid": N}` to the info descriptor once the sandbox exists.
+    private static func readChildPid(_ descriptor: Int32) -> pid_t? {
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while !text.contains(UInt8(ascii: "}")) {
+            let count = read(descriptor, &buffer, buffer.count)
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return nil }
+            text += buffer[..<count]
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(text)) as? [String: Any],
+              let pid = object["child-pid"] as? Int else { return nil }
+        return pid_t(pid)
+    }
+
+    private static func wait(_ pid: pid_t) -> Int32 {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { return 1 }
+        }
+        if status & 0x7f == 0 { return (status >> 8) & 0xff }
+        return 128 + (status & 0x7f)
+    }
+
+    /// tmp is emptied when the app's last sandbox ends, through the mount (presenters hear it).
+    private func emptyTemporaryIfLast(_ store: Store) {
+        guard !RunningApps.list(in: store).contains(where: { $0.app == app.rawValue }) else { return }
+        let tmp = container + "/tmp"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: tmp)) ?? [] {
+            do {
+                try FileManager.default.removeItem(atPath: tmp + "/" + name)
+            } catch {
+                printError("\(app): could not empty tmp: \(tmp)/\(name): \(error.localizedDescription)")
+            }
+        }
+    }
+}
