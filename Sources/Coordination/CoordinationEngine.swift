@@ -109,6 +109,26 @@ public final class OperationSession: Sendable {
         self.plan = plan
     }
 
+    /// What the operation did to the items presenters present: moved them, deleted them (who was
+    /// told hears it once), or made one at their path again.
+    private func noteItems(of operation: CoordinatedOperation) {
+        let registry = engine.registry
+        switch operation {
+        case .move(let source, let destination, _):
+            let told = plan.before.filter { $0.message == .accommodatePresentedItemDeletion }.map(\.presenter)
+            registry.itemsWereDeleted(told)
+            registry.itemDidMove(from: source, to: destination)
+            engine.arbiter.itemDidMove(from: source, to: destination)
+            registry.itemDidAppear(at: destination)
+        case .delete:
+            registry.itemsWereDeleted(plan.before.filter { $0.message == .accommodatePresentedItemDeletion }.map(\.presenter))
+        case .create(let path), .saveByReplacing(_, let path):
+            registry.itemDidAppear(at: path)
+        case .read, .write, .metadataChange:
+            break
+        }
+    }
+
     /// Ends the operation (only the first call counts). If it took effect, a move re-keys the
     /// presenters and waiting accesses, and presenters hear the "after" messages; in any case the
     /// accesses are released once those are sent. `completion` runs after the release.
@@ -118,10 +138,7 @@ public final class OperationSession: Sendable {
             return !ended
         }
         guard first else { return }
-        if tookEffect, case .move(let source, let destination, _) = operation {
-            engine.registry.itemDidMove(from: source, to: destination)
-            engine.arbiter.itemDidMove(from: source, to: destination)
-        }
+        if tookEffect { noteItems(of: operation) }
         // A failed read still ends, so its presenters must reacquire; a failed write changed nothing.
         let after = tookEffect ? plan.after : plan.after.filter { $0.message == .reacquirePresentedItem }
         engine.messenger.deliver(after) { [engine, grant] _ in

@@ -73,7 +73,10 @@ public struct NotificationPlan: Hashable, Sendable {
             publish(change: .presentedSubitemDidAppear(at: path), of: path, audience: audience)
 
         case .delete(let path):
-            add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: path), in: \.before)
+            // Presenters of items deleted before, inside a folder deleted now, were told already.
+            add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: path).filter {
+                !registry.presentsDeletedItem($0.key)
+            }, in: \.before)
             add(.accommodatePresentedSubitemDeletion(at: path), toEach: audience.directories(above: path), in: \.before)
 
         case .move(let source, let destination, let replacesDestination):

@@ -127,6 +127,26 @@ public final class PresenterRegistry: Sendable {
         }.sorted { $0.key < $1.key }
     }
 
+    /// Notes that these presenters heard their item deleted: a later deletion of a folder above
+    /// it does not tell them again, until an item is made at their path (`itemDidAppear`).
+    public func itemsWereDeleted(_ keys: [PresenterKey]) {
+        index.withLock { index in
+            for key in keys where index.records[key] != nil { index.deleted.insert(key) }
+        }
+    }
+
+    /// An item was made (or moved, or saved) at `path`: its presenters present something again.
+    public func itemDidAppear(at path: ItemPath) {
+        index.withLock { index in
+            for key in index.tree.keys(at: path.components[...]) { index.deleted.remove(key) }
+        }
+    }
+
+    /// Whether the presenter heard its item deleted, and nothing was made at its path since.
+    public func presentsDeletedItem(_ key: PresenterKey) -> Bool {
+        index.withLock { $0.deleted.contains(key) }
+    }
+
     /// Returns false if there is no such presenter.
     @discardableResult
     public func setUnresponsive(_ key: PresenterKey, _ unresponsive: Bool = true) -> Bool {
@@ -154,6 +174,8 @@ public final class PresenterRegistry: Sendable {
         var records: [PresenterKey: PresenterRecord] = [:]
         var tree = PathTree()
         var byOwner: [OwnerID: Set<PresenterKey>] = [:]
+        /// Presenters told their item was deleted (`itemsWereDeleted`).
+        var deleted: Set<PresenterKey> = []
 
         mutating func insert(_ record: PresenterRecord) {
             records[record.key] = record
@@ -164,6 +186,7 @@ public final class PresenterRegistry: Sendable {
         @discardableResult
         mutating func remove(_ key: PresenterKey) -> PresenterRecord? {
             guard let record = records.removeValue(forKey: key) else { return nil }
+            deleted.remove(key)
             tree.remove(key, at: record.path.components[...])
             byOwner[key.owner]?.remove(key)
             if byOwner[key.owner]?.isEmpty == true { byOwner[key.owner] = nil }

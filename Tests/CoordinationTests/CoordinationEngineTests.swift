@@ -103,6 +103,22 @@ final class CoordinationEngineTests: XCTestCase {
         XCTAssertEqual(self.session(queued)?.grant.accesses.map(\.path), [path("Archive/note.txt")])
     }
 
+    func testAPresenterHearsItsItemDeletedOnceUntilAnItemIsMadeThereAgain() throws {
+        transport.answerAtOnce(editor)
+        transport.answerAtOnce(folderWatcher)
+        let told = { self.transport.sent.all.filter { $0.presenter == self.editor && $0.message == .accommodatePresentedItemDeletion }.count }
+        try XCTUnwrap(session(begin(.delete(path("Documents/note.txt"))))).end(tookEffect: true)
+        XCTAssertEqual(told(), 1)
+        // Its folder goes: the editor was told already; the folder's presenter hears it.
+        try XCTUnwrap(session(begin(.delete(path("Documents")), isDirectory: true))).end(tookEffect: true)
+        XCTAssertEqual(told(), 1)
+        XCTAssertEqual(transport.sent.all.filter { $0.presenter == folderWatcher }.last?.message, .accommodatePresentedItemDeletion)
+        // A note made there again is the editor's item again, and its deletion is told.
+        try XCTUnwrap(session(begin(.create(path("Documents/note.txt"))))).end(tookEffect: true)
+        try XCTUnwrap(session(begin(.delete(path("Documents")), isDirectory: true))).end(tookEffect: true)
+        XCTAssertEqual(told(), 2)
+    }
+
     func testFailedWriteOnlyLetsPresentersReacquire() throws {
         transport.answerAtOnce(editor)
         let write = begin(.write(path("Documents/note.txt")))
