@@ -7,6 +7,8 @@ let package = Package(
         .executable(name: "containerfs", targets: ["containerfs"]),
         // The client library: FileCoordinator and FilePresenter for Linux.
         .library(name: "FileCoordination", targets: ["FileCoordination"]),
+        // Apple's NS spellings of it, for code ported unchanged.
+        .library(name: "NSFileCoordination", targets: ["NSFileCoordination"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -45,6 +47,7 @@ let package = Package(
         ),
         // The client library for coordination-aware programs.
         .target(name: "FileCoordination", dependencies: ["Coordination"]),
+        .target(name: "NSFileCoordination", dependencies: ["FileCoordination"]),
         .executableTarget(
             name: "containerfs",
             dependencies: [
@@ -56,6 +59,8 @@ let package = Package(
         .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
         .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
+        // Apple's documented pattern, compiled as written for Apple's systems plus one import.
+        .testTarget(name: "NSFileCoordinationTests", dependencies: ["NSFileCoordination"]),
         .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs"]),
     ],
     swiftLanguageModes: [.v6]

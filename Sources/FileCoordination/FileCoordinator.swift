@@ -141,13 +141,14 @@ public final class FileCoordinator: @unchecked Sendable {
         }
     }
 
-    /// Lets the caller batch several coordinated accesses. The accessor runs at once with a
-    /// completion handler to call when the batch is over; each coordinate call inside it is
-    /// arbitrated on its own (this implementation does not pre-arrange anything).
-    public func prepareForReadingItems(at readingURLs: [URL], options readingOptions: ReadingOptions = [],
-                                       writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
-                                       error outError: NSErrorPointer,
-                                       byAccessor batchAccessor: (@escaping () -> Void) -> Void) {
+    /// Lets the caller batch several coordinated accesses, as Apple's of the same name. The batch
+    /// accessor runs at once, on the caller's thread, with a completion handler to call when the
+    /// batch is over; each coordinate call inside it is arbitrated on its own (nothing is arranged
+    /// ahead: presenters may hear each access of the batch rather than the batch once).
+    public func prepare(forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
+                        writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
+                        error outError: NSErrorPointer,
+                        byAccessor batchAccessor: (@escaping @Sendable () -> Void) -> Void) {
         batchAccessor({})
     }
 

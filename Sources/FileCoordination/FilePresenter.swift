@@ -20,38 +20,38 @@ public protocol FilePresenter: AnyObject {
 
     /// Someone wants to read: stop writing, then call `reader`, optionally with a block to run
     /// when the read is over.
-    func relinquishPresentedItem(toReader reader: @escaping ((() -> Void)?) -> Void)
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void)
     /// Someone wants to write: stop using the item, then call `writer`, optionally with a block
     /// to run when the write is over.
-    func relinquishPresentedItem(toWriter writer: @escaping ((() -> Void)?) -> Void)
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void)
     /// The access that made this presenter relinquish has ended (after the block it gave, if any).
     func reacquirePresentedItem()
     /// Save unsaved changes, then call the handler (with an error if saving failed).
-    func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void)
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
     /// The item is about to be deleted: let go of it, then call the handler.
-    func accommodatePresentedItemDeletion(completionHandler: @escaping (Error?) -> Void)
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
     func presentedItemDidMove(to newURL: URL)
     func presentedItemDidChange()
     func presentedSubitemDidAppear(at url: URL)
     func presentedSubitemDidChange(at url: URL)
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL)
     /// An item inside the presented directory is about to be deleted.
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping (Error?) -> Void)
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void)
 }
 
 extension FilePresenter {
     public var primaryPresentedItemURL: URL? { nil }
-    public func relinquishPresentedItem(toReader reader: @escaping ((() -> Void)?) -> Void) { reader(nil) }
-    public func relinquishPresentedItem(toWriter writer: @escaping ((() -> Void)?) -> Void) { writer(nil) }
+    public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { reader(nil) }
+    public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { writer(nil) }
     public func reacquirePresentedItem() {}
-    public func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void) { completionHandler(nil) }
-    public func accommodatePresentedItemDeletion(completionHandler: @escaping (Error?) -> Void) { completionHandler(nil) }
+    public func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
+    public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
     public func presentedItemDidMove(to newURL: URL) {}
     public func presentedItemDidChange() {}
     public func presentedSubitemDidAppear(at url: URL) {}
     public func presentedSubitemDidChange(at url: URL) {}
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {}
-    public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping (Error?) -> Void) {
+    public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
     }
 }

@@ -61,7 +61,6 @@ final class PresenterTable: @unchecked Sendable {
         guard let found = lock.withLock({ entries[id]?.presenter }) else { return reply(nil) }
         // As with Apple's NSFilePresenter, a presenter is called only on its own operation queue.
         nonisolated(unsafe) let presenter = found
-        nonisolated(unsafe) let domain = domain
         let url = { @Sendable (path: ItemPath) in domain.url(for: path) }
         let answerOnce = Once(reply)
         let queue = presenter.presentedItemOperationQueue

@@ -29,24 +29,24 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
 
     var presentedItemURL: URL? { lock.withLock { url } }
 
-    func relinquishPresentedItem(toReader reader: @escaping ((() -> Void)?) -> Void) {
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         events.append("relinquishToReader")
         if !isStuck { reader { self.events.append("reacquirerRan") } }
     }
 
-    func relinquishPresentedItem(toWriter writer: @escaping ((() -> Void)?) -> Void) {
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         events.append("relinquishToWriter")
         if !isStuck { writer { self.events.append("reacquirerRan") } }
     }
 
     func reacquirePresentedItem() { events.append("reacquire") }
 
-    func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void) {
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         events.append("save")
         completionHandler(nil)
     }
 
-    func accommodatePresentedItemDeletion(completionHandler: @escaping (Error?) -> Void) {
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         events.append("accommodateDeletion")
         completionHandler(nil)
     }
@@ -64,7 +64,7 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
         events.append("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
     }
 
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping (Error?) -> Void) {
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         events.append("accommodateSubitemDeletion \(url.lastPathComponent)")
         completionHandler(nil)
     }

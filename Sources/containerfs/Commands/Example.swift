@@ -99,11 +99,11 @@ final class NotesFolder: FilePresenter, @unchecked Sendable {
     func presentedSubitemDidChange(at url: URL) { changed(url) }
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { changed(newURL) }
 
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping (Error?) -> Void) {
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
         changed(url)
     }
 
     /// Nothing is ever left unsaved: every change is written at once.
-    func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void) { completionHandler(nil) }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
 }

@@ -127,29 +127,26 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
         }
     }
 
-    func relinquishPresentedItem(toReader reader: @escaping ((() -> Void)?) -> Void) {
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         report("relinquishPresentedItemToReader")
-        nonisolated(unsafe) let reader = reader   // Apple's signature; callable from any thread
         run(onRelinquish, event: "relinquishPresentedItemToReader") { _ in reader(nil) }
     }
 
-    func relinquishPresentedItem(toWriter writer: @escaping ((() -> Void)?) -> Void) {
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
         report("relinquishPresentedItemToWriter")
-        nonisolated(unsafe) let writer = writer   // Apple's signature; callable from any thread
         run(onRelinquish, event: "relinquishPresentedItemToWriter") { _ in writer(nil) }
     }
 
     func reacquirePresentedItem() { report("reacquirePresentedItem") }
 
-    func savePresentedItemChanges(completionHandler: @escaping (Error?) -> Void) {
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         report("savePresentedItemChanges")
-        nonisolated(unsafe) let completionHandler = completionHandler   // as above
         run(onSave, event: "savePresentedItemChanges") { succeeded in
             completionHandler(succeeded ? nil : CocoaError(.fileWriteUnknown))
         }
     }
 
-    func accommodatePresentedItemDeletion(completionHandler: @escaping (Error?) -> Void) {
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         report("accommodatePresentedItemDeletion")
         completionHandler(nil)
     }
@@ -165,7 +162,7 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
     func presentedSubitemDidChange(at url: URL) { report("presentedSubitemDidChange", url) }
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { report("presentedSubitemDidMove", oldURL, newPath: newURL) }
 
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping (Error?) -> Void) {
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         report("accommodatePresentedSubitemDeletion", url)
         completionHandler(nil)
     }
