@@ -115,8 +115,18 @@ final class Node: @unchecked Sendable {
             let now = DispatchTime.now().uptimeNanoseconds
             var effect = sharing.open(opening, session: writeSession != nil, now: now, mayRegister: passthrough != nil)
             if effect == .register {
-                effect = passthrough?.register(descriptor, writable: writable).map { sharing.registered($0.id, writable: $0.writable) }
-                    ?? sharing.open(opening, session: writeSession != nil, now: now, mayRegister: false)
+                let registered = passthrough?.register(descriptor, writable: writable || opening.writes).map {
+                    sharing.registered($0.id, writable: $0.writable, by: opening)
+                }
+                switch registered {
+                case .open(let path)?:
+                    effect = .open(path)
+                case .unregister(let id)?:
+                    passthrough?.unregister(id)
+                    fallthrough
+                default:
+                    effect = sharing.open(opening, session: writeSession != nil, now: now, mayRegister: false)
+                }
             }
             switch effect {
             case .open(let path): return (descriptor, path)

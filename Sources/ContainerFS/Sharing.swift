@@ -101,16 +101,22 @@ struct Sharing: Equatable {
             return .open(.passthroughLive(backingID: backingID))
         }
         let writerAround = session || pendingNotices > 0 || awaitsWriter(now: now)
-        if !opening.writes, !writerAround, otherOpens == 0, mayRegister { return .register }
+        // The first open of a file nobody else has open passes through, writers in place too: the
+        // kernel then reads and writes the backing file itself (docs/atomic-replace.md).
+        if !writerAround, otherOpens == 0, mayRegister { return .register }
         return .open(count(opening, writerAround: writerAround))
     }
 
-    /// The kernel agreed to read the version itself: the handle is the first passthrough reader.
-    mutating func registered(_ id: Int32, writable: Bool) -> Effect {
+    /// The kernel agreed to reach the file itself: the handle is the first through passthrough. A
+    /// writer needs the backing file open for writing; without it the id goes back (`.unregister`).
+    mutating func registered(_ id: Int32, writable: Bool, by opening: Opening) -> Effect {
+        if opening.writes, !writable { return .unregister(id) }
         backingID = id
         backingWritable = writable
         passthroughReaders = 1
-        return .open(.passthrough(backingID: id))
+        guard opening == .liveWriter else { return .open(.passthrough(backingID: id)) }
+        liveWriters = 1
+        return .open(.passthroughLive(backingID: id))
     }
 
     @discardableResult

@@ -10,7 +10,9 @@ final class SharingTests: XCTestCase {
     private func open(_ opening: Sharing.Opening, session: Bool = false, now: UInt64 = 0,
                       passthrough id: Int32? = nil, writable: Bool = true) -> OpenPath? {
         var effect = sharing.open(opening, session: session, now: now, mayRegister: id != nil)
-        if effect == .register { effect = sharing.registered(id!, writable: writable) }
+        if effect == .register { effect = sharing.registered(id!, writable: writable, by: opening) }
+        // As Node.openHandle: a registration given back opens as if passthrough were not offered.
+        if case .unregister = effect { effect = sharing.open(opening, session: session, now: now, mayRegister: false) }
         switch effect {
         case .open(let path), .writerArrived(let path): return path
         default: return nil
@@ -33,6 +35,22 @@ final class SharingTests: XCTestCase {
         XCTAssertEqual(sharing.close(.passthrough(backingID: 7)), .none)
         XCTAssertEqual(sharing.close(.passthrough(backingID: 7)), .unregister(7), "the last one unregisters")
         XCTAssertEqual(sharing, Sharing())
+    }
+
+    func testAWriterInPlaceAloneGoesThroughPassthroughAndReadersJoinIt() {
+        XCTAssertEqual(open(.liveWriter, passthrough: 9), .passthroughLive(backingID: 9))
+        XCTAssertTrue(sharing.isLive)
+        XCTAssertEqual(open(.versionedReader), .passthrough(backingID: 9))
+        XCTAssertEqual(sharing.close(.passthroughLive(backingID: 9)), .none)
+        XCTAssertFalse(sharing.isLive)
+        XCTAssertEqual(sharing.close(.passthrough(backingID: 9)), .unregister(9))
+        XCTAssertEqual(sharing, Sharing())
+        XCTAssertEqual(open(.inPlaceWriter, passthrough: 9), .passthrough(backingID: 9))
+    }
+
+    func testAWriterWhoseBackingFileCannotBeWrittenDoesNotPassThrough() {
+        XCTAssertEqual(open(.inPlaceWriter, passthrough: 9, writable: false), .shared)
+        XCTAssertEqual(open(.liveWriter, passthrough: 9, writable: false), .live)
     }
 
     func testReadersBypassTheCacheWhileAWriterIsAround() {
