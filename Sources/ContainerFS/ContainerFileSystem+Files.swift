@@ -51,7 +51,10 @@ extension ContainerFileSystem {
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
                              isDirectory: node.isDirectory, caller: request.caller) { access in
             // The O_PATH descriptor names a non-symlink here: the kernel resolved links before opening.
-            let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC
+            // O_DIRECT stays with the kernel, which reads and writes such a handle without its page
+            // cache: the daemon's own buffers are not aligned as O_DIRECT requires, and a descriptor
+            // registered for passthrough serves later opens too.
+            let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_DIRECT)) | O_CLOEXEC
             let openFile = { node.withProcPath { Glibc.open($0, openFlags) } }
             guard node.isRegularFile else {
                 let descriptor = openFile()
@@ -146,7 +149,7 @@ extension ContainerFileSystem {
         let owned = OwnedName(name)
         let caller = request.caller
         guard let charge = nodes.chargeHandle(for: caller.uid) else { return request.reply(error: EMFILE) }
-        let flags = (file.flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC) & ~O_PATH
+        let flags = (file.flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC) & ~(O_PATH | O_DIRECT)
         let info = FileInfoCopy(file)
         coordination.perform(.create(nodes.itemPath(of: parentNode, appending: owned.bytes)), isDirectory: false,
                              caller: caller) { access in
@@ -255,7 +258,7 @@ extension ContainerFileSystem {
         guard let charge = nodes.chargeHandle(for: caller.uid) else { return request.reply(error: EMFILE) }
         let flags = file.flags
         // O_EXCL stays: it keeps the file from ever being linked.
-        let descriptor = openat(parentNode.descriptor, ".", (flags & ~(O_CREAT | O_TRUNC | O_NOFOLLOW)) | O_TMPFILE | O_CLOEXEC, mode)
+        let descriptor = openat(parentNode.descriptor, ".", (flags & ~(O_CREAT | O_TRUNC | O_NOFOLLOW | O_DIRECT)) | O_TMPFILE | O_CLOEXEC, mode)
         guard descriptor >= 0 else { return request.reply(error: errno) }
         var error = adoptOwnership(of: descriptor, in: parentNode, by: caller)
         if error == 0 { error = Backing.restorePermissions(descriptor, requested: mode) }

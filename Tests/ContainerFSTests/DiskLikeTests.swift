@@ -106,4 +106,21 @@ final class DiskLikeTests: MountedTestCase {
         PY
         """, expected: "8192 b'head' b'tail' 8184\n")
     }
+
+    func testDirectIOWorksWithAlignedBuffers() {
+        // O_DIRECT with aligned buffers (fio, databases): a new file, then an existing one opened again.
+        everywhere("""
+        python3 - <<'PY'
+        import mmap, os
+        block = mmap.mmap(-1, 8192); block.write(b"d" * 8192)
+        for flags in (os.O_RDWR | os.O_CREAT, os.O_RDWR):
+            fd = os.open("direct.bin", flags | os.O_DIRECT, 0o644)
+            written = os.pwrite(fd, block, 65536)
+            back = mmap.mmap(-1, 8192)
+            read = os.preadv(fd, [back], 65536)
+            os.close(fd)
+            print(written, read, back[:1], os.stat("direct.bin").st_size)
+        PY
+        """, expected: "8192 8192 b'd' 73728\n8192 8192 b'd' 73728\n")
+    }
 }

@@ -165,12 +165,13 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testOptionsOfMountAndFstabAreAccepted() {
-        let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o rw,noauto,nofail,_netdev,x-systemd.automount,app=com.example.notes,allow_other")
+        let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o rw,noauto,nofail,_netdev,x-systemd.automount,app=com.example.notes,allow_other,noatime,nodiratime,suid")
         XCTAssertEqual(mount.status, 0, mount.error)
         XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "Documents\nLibrary\nNotes.app\ntmp\n")
         let options = Shell.run("grep \(Shell.quote(mountPoint)) /proc/mounts").output
         XCTAssertTrue(options.contains("allow_other"), options)
         XCTAssertTrue(options.contains("default_permissions"), "others may enter: the kernel checks mode bits. \(options)")
+        XCTAssertTrue(options.contains("noatime") && options.contains("nosuid"), "noatime is passed on, suid never: \(options)")
         XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
     }
 

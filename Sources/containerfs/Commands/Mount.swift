@@ -89,9 +89,14 @@ struct MountOptions {
     var passthrough = true
     var fuseOptions: [String] = []
 
-    /// Options of mount(8) and fstab that mean nothing to a FUSE daemon.
+    /// Options of mount(8) and fstab that mean nothing to a FUSE daemon, or that it leaves out: a
+    /// container never honours set-user-ID bits or device nodes (`suid`, `dev`), and the access-time
+    /// variants libfuse 3.14 cannot pass on (it passes `atime`, `noatime`, `ro`, `noexec`, `sync`,
+    /// `dirsync`) keep the kernel's default, relatime.
     static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "nofail", "user", "users", "nouser",
-                                       "_netdev", "dev", "suid", "exec", "async", "relatime", "noatime"]
+                                       "_netdev", "dev", "suid", "exec", "async", "relatime", "norelatime",
+                                       "diratime", "nodiratime", "strictatime", "nostrictatime", "lazytime",
+                                       "nolazytime", "iversion", "noiversion", "silent", "loud"]
 
     init(_ groups: [String]) throws {
         for option in groups.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
