@@ -376,40 +376,33 @@ def workload_save(directory):
     return {"editor_save": (elapsed / count * 1000, f"{count / elapsed:.0f} saves/s")}
 
 
-def workload_overwrite(directory):
-    """The goal's measure of atomic replace: open an existing file with O_TRUNC, write, close."""
-    count = CONFIG["BENCH_OVERWRITES"]
-    size = parse_size(CONFIG["BENCH_OVERWRITE_SIZE"])
-    path = os.path.join(directory, "overwrite.bin")
+def rewrites(directory, key, count, size, flags):
+    """Opens one existing file `count` times with `flags`, writes `size` bytes, closes: the time
+    per rewrite, with the rate."""
+    path = os.path.join(directory, f"{key}.bin")
     content = os.urandom(size)
     with open(path, "wb") as file:
         file.write(content)
     start = time.perf_counter()
     for _ in range(count):
-        descriptor = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        descriptor = os.open(path, flags, 0o644)
         os.write(descriptor, content)
         os.close(descriptor)
     elapsed = time.perf_counter() - start
     os.unlink(path)
-    return {"overwrite": (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
+    return {key: (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
+
+
+def workload_overwrite(directory):
+    """The goal's measure of atomic replace: open an existing file with O_TRUNC, write, close."""
+    return rewrites(directory, "overwrite", CONFIG["BENCH_OVERWRITES"], parse_size(CONFIG["BENCH_OVERWRITE_SIZE"]),
+                    os.O_WRONLY | os.O_TRUNC)
 
 
 def workload_rewrite(directory):
     """The common form of a rewrite: open(O_CREAT|O_TRUNC) of an existing file (a shell's `>`, cp,
     Python's open("w")), write 4 KiB, close."""
-    count = CONFIG["BENCH_REWRITES"]
-    path = os.path.join(directory, "rewrite.txt")
-    content = os.urandom(4096)
-    with open(path, "wb") as file:
-        file.write(content)
-    start = time.perf_counter()
-    for _ in range(count):
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.write(descriptor, content)
-        os.close(descriptor)
-    elapsed = time.perf_counter() - start
-    os.unlink(path)
-    return {"rewrite": (elapsed / count * 1000, f"{count / elapsed:.0f}/s")}
+    return rewrites(directory, "rewrite", CONFIG["BENCH_REWRITES"], 4096, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
 
 def workload_sqlite(directory):

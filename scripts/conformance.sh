@@ -6,18 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source=""
 if [ "${1:-}" = "--source" ]; then source="$2"; shift 2; fi
-scripts/setup.sh
-for tool in autoreconf:autoconf aclocal:automake make:make cc:gcc; do
-  command -v "${tool%%:*}" >/dev/null || { echo "conformance: installing ${tool##*:}"; apt-get install -y -qq "${tool##*:}" >/dev/null; }
-done
-# A git repository (a URL, or a clone without a work tree) is cloned into .build/conformance.
-if [ -z "$source" ] || [ ! -f "$source/configure.ac" ]; then
-  origin="${source:-https://github.com/pjd/pjdfstest}"
-  source=.build/conformance/pjdfstest
-  rm -rf "$source"
-  mkdir -p .build/conformance
-  git clone -q "$origin" "$source"
-fi
+scripts/setup.sh autoconf automake make gcc
+source="$(scripts/suite-source.sh pjdfstest https://github.com/pjd/pjdfstest configure.ac "$source")"
 export PATH="/opt/swift/usr/bin:$PATH"
 swift build -c release --product containerfs >&2
-exec python3 scripts/conformance.py "$(swift build -c release --show-bin-path)/containerfs" "$(cd "$source" && pwd)" "$@"
+exec python3 scripts/conformance.py "$(swift build -c release --show-bin-path)/containerfs" "$source" "$@"

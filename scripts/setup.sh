@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what ContainerFS needs to build, run and test on Debian: libfuse3 and the tools the
-# tests drive. Safe to run again: it installs only what is missing.
+# tests drive, and any packages named as arguments (the longer suites' tools). Safe to run again:
+# it installs only what is missing.
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap)
+packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
