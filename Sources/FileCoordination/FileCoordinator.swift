@@ -152,6 +152,25 @@ public final class FileCoordinator: @unchecked Sendable {
         batchAccessor({})
     }
 
+    // MARK: - Coordination from async code
+
+    /// As the blocking `coordinate(readingItemAt:options:byAccessor:)`, but waits for the access
+    /// without holding a thread, and the accessor may suspend; the access is held until it returns.
+    /// Cancelling the task while it waits cancels this coordinator's waiting calls (`cancel()`).
+    @discardableResult
+    public func coordinate<T>(readingItemAt url: URL, options: ReadingOptions = [],
+                              byAccessor reader: (URL) async throws -> T) async throws -> T {
+        try await perform([(url, .read(Coordination.ReadingOptions(options)), options.contains(.resolvesSymbolicLink))]) {
+            try await reader($0[0])
+        }
+    }
+
+    @discardableResult
+    public func coordinate<T>(writingItemAt url: URL, options: WritingOptions = [],
+                              byAccessor writer: (URL) async throws -> T) async throws -> T {
+        try await perform([(url, .write(Coordination.WritingOptions(options)), false)]) { try await writer($0[0]) }
+    }
+
     // MARK: - Blocking coordination, throwing
 
     @discardableResult
@@ -302,6 +321,17 @@ public final class FileCoordinator: @unchecked Sendable {
         lock.withLock {
             if !token.isDone { inFlight[key] = pending }
         }
+    }
+
+    private func perform<T>(_ items: [(URL, AccessKind, Bool)], _ accessor: ([URL]) async throws -> T) async throws -> T {
+        let groups = try place(items)
+        let held: [any HeldAccess] = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                acquire(groups[...], held: []) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+            }
+        } onCancel: { self.cancel() }
+        defer { for access in held.reversed() { access.end(tookEffect: true) } }
+        return try await accessor(items.map { $0.2 ? $0.0.resolvingSymlinksInPath() : $0.0 })
     }
 
     private func perform<T>(_ items: [(URL, AccessKind, Bool)], _ accessor: ([URL]) throws -> T) throws -> T {

@@ -39,6 +39,31 @@ final class InProcessCoordinatorTests: XCTestCase {
         return done
     }
 
+    func testAsyncAccessorsSuspendWhileHoldingTheirAccessAndAWriterWaitsForAllOfThem() async throws {
+        // 20 readers that each suspend inside their access: on a cooperative pool of a thread or
+        // two, blocking accessors could not all hold at once.
+        let url = file("async.txt")
+        let events = Events()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<20 {
+                group.addTask {
+                    try await FileCoordinator().coordinate(readingItemAt: url) { _ in
+                        events.append("read")
+                        try await Task.sleep(for: .milliseconds(200))
+                        events.append("read done")
+                    }
+                }
+            }
+            while events.all.filter({ $0 == "read" }).count < 20 { try await Task.sleep(for: .milliseconds(5)) }
+            group.addTask {
+                try await FileCoordinator().coordinate(writingItemAt: url) { _ in events.append("write") }
+            }
+            try await group.waitForAll()
+        }
+        XCTAssertEqual(events.all.filter { $0 == "read done" }.count, 20)
+        XCTAssertEqual(events.all.last, "write", "the write waited for every read")
+    }
+
     func testReadsShare() throws {
         let note = file("note.txt")
         let inside = DispatchSemaphore(value: 0)
