@@ -33,6 +33,10 @@ public final class MountCoordination: @unchecked Sendable {
         guard hasClients() else { return body(CoordinatedAccess(session: nil)) }
         let operation = operation()
         let client = clientOf(caller.pid)
+        // A client answering a presenter message (saving its document for a reader, as Apple's
+        // presenters do in savePresentedItemChanges) works for the access that asked, which
+        // waits for it: its operations go ahead uncoordinated until it has answered.
+        if let client, engine.messenger.isAwaitingAnswer(from: client) { return body(CoordinatedAccess(session: nil)) }
         let owner = client ?? .ordinaryPrograms
         let purpose = client == nil ? MountCoordination.ordinaryPurpose : MountCoordination.clientPurpose
         engine.begin(operation, isDirectory: isDirectory, owner: owner, purpose: purpose,

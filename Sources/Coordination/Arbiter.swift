@@ -91,7 +91,11 @@ public final class Arbiter: Sendable {
             // A newcomer waits behind every earlier waiter it conflicts with, not only behind the
             // holders: this is what keeps a stream of readers from starving a writer.
             joined = joinsOwnersAccesses ? state.ownersAccessCovering(request) : nil
-            if joined != nil || state.isGrantable(request, blockedBy: state.waiting) {
+            // Partly inside the owner's access (an editor's save: a temporary file renamed over
+            // the item it holds), it waits only for holders, not behind the queue, which waits
+            // for that owner.
+            request.passesWaiters = joinsOwnersAccesses && state.ownerHoldsPart(of: request)
+            if joined != nil || state.isGrantable(request, blockedBy: state.waiting.prefix(request.passesWaiters ? 0 : state.waiting.count)) {
                 state.active[request.ticket] = request
                 return (request.ticket, true)
             }
@@ -243,6 +247,8 @@ private final class Request: @unchecked Sendable {
     var accesses: [ItemAccess]
     var locks: [Lock]
     let joinsOwnersAccesses: Bool
+    /// Waits for holders only, not behind earlier waiters (see `request`).
+    var passesWaiters = false
     let completion: Arbiter.Completion
     var timer: (any TimerHandle)?
 
@@ -294,6 +300,13 @@ private struct State: Sendable {
             && !earlier.contains { request.conflicts(with: $0) }
     }
 
+    /// Whether an active access of the request's owner covers one of its locks.
+    func ownerHoldsPart(of request: Request) -> Bool {
+        active.values.contains { held in
+            held.owner == request.owner && request.locks.contains { wanted in held.locks.contains { $0.covers(wanted) } }
+        }
+    }
+
     /// Whether the owner's active accesses together already cover every lock of `request`.
     /// The purpose of the owner's access that covers `request`, if the owner's accesses cover it all.
     func ownersAccessCovering(_ request: Request) -> PurposeID? {
@@ -317,7 +330,8 @@ private struct State: Sendable {
         for index in queue.indices {
             let request = queue[index]
             let mayProceed = freed.map(request.conflicts(with:)) ?? true
-            if mayProceed && isGrantable(request, blockedBy: stillWaiting.lazy.map { queue[$0] }) {
+            let earlier = stillWaiting.prefix(request.passesWaiters ? 0 : stillWaiting.count).lazy.map { queue[$0] }
+            if mayProceed && isGrantable(request, blockedBy: earlier) {
                 active[request.ticket] = request
                 grantedIndices.append(index)
             } else {

@@ -155,6 +155,12 @@ public final class Messenger: Sendable {
         }
     }
 
+    /// Whether a presenter of `owner` has been asked something and not answered yet: the owner is
+    /// answering (saving, or letting go) for someone else's access.
+    public func isAwaitingAnswer(from owner: OwnerID) -> Bool {
+        state.withLock { pending in pending.waiting.values.contains { $0.presenter.owner == owner } }
+    }
+
     /// Messages sent and not yet answered, for status output.
     public func pendingMessages() -> [PendingMessageStatus] {
         state.withLock { pending in

@@ -27,6 +27,7 @@ struct ContainerFSCommand: ParsableCommand {
             CoordinateCommand.self,
             StatusCommand.self,
             ExampleNotesCommand.self,
+            ExampleDocumentCommand.self,
         ]
     )
 }

@@ -273,6 +273,10 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(mount.status, 0, mount.error)
         XCTAssertEqual(Shell.run("ls", in: mountPoint).output, "Documents\nLibrary\nPhotos.app\ntmp\n")
         XCTAssertTrue(Shell.run("findmnt -n -o FSTYPE \(Shell.quote(mountPoint))").output.hasPrefix("fuse.containerfs"))
+        // A remount changes the mount's flags; the same daemon serves on.
+        let remount = Shell.run("mount -o remount,ro \(Shell.quote(mountPoint)) && touch \(Shell.quote(mountPoint))/Documents/x")
+        XCTAssertTrue(remount.error.contains("Read-only file system"), remount.error)
+        XCTAssertEqual(Shell.run("mount -o remount,rw \(Shell.quote(mountPoint)) && touch \(Shell.quote(mountPoint))/Documents/x").status, 0)
         XCTAssertEqual(Shell.run("umount \(Shell.quote(mountPoint))").status, 0)
         XCTAssertFalse(isMounted)
     }

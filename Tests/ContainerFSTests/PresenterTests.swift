@@ -185,6 +185,50 @@ final class PresenterTests: MountedTestCase {
         XCTAssertFalse(mounted.daemonOutput.contains("did not answer in time"), "the presenter was marked unresponsive")
     }
 
+    func testDocumentsOfTwoProcessesReloadAndKeepConflicts() {
+        // Two processes with a Document each on one file. Opening makes the other save first; a
+        // save that meets the other's later, unsaved edit is kept beside the file, and the edit too.
+        let binary = Shell.quote(MountedStore.executable)
+        let out = Shell.quote(mounted.root.path)
+        sh("printf first > Documents/note.txt")
+        let result = Shell.run("""
+        \(binary) example-document Documents/note.txt --edit 'their edit' --delay 1 --wait 3 --save-at-end > \(out)/theirs.out &
+        for i in $(seq 200); do grep -q opened \(out)/theirs.out 2>/dev/null && break; sleep 0.05; done
+        \(binary) example-document Documents/note.txt --edit 'my save' --delay 2 --save > \(out)/mine.out
+        wait
+        cat \(out)/theirs.out \(out)/mine.out; cat Documents/note.txt; echo; cat 'Documents/note (conflict).txt'; echo
+        """, in: home, limit: 60)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(result.output, """
+        opened: first
+        conflict kept: note (conflict).txt
+        holds: their edit
+        opened: first
+        holds: my save
+        their edit
+        my save
+
+        """)
+    }
+
+    func testOpeningADocumentMakesAnotherProcessSaveItsEditsFirst() {
+        // The other process saves in savePresentedItemChanges, without a coordinator of its own:
+        // its write goes ahead while the read that asked waits for its answer.
+        let binary = Shell.quote(MountedStore.executable)
+        let out = Shell.quote(mounted.root.path)
+        sh("printf first > Documents/note.txt")
+        let result = Shell.run("""
+        \(binary) example-document Documents/note.txt --edit 'unsaved edit' --wait 2 > \(out)/theirs.out &
+        for i in $(seq 200); do grep -q opened \(out)/theirs.out 2>/dev/null && break; sleep 0.05; done
+        sleep 0.3
+        \(binary) example-document Documents/note.txt
+        wait
+        """, in: home, limit: 60)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(result.output, "opened: unsaved edit\nholds: unsaved edit\n")
+        XCTAssertFalse(mounted.daemonOutput.contains("did not answer in time"), "the presenter answered in time")
+    }
+
     func testDeliveriesWhileMountedReachTheInboxPresenters() throws {
         let watcher = try watch(["Documents/Inbox"])
         let file = mounted.root.appendingPathComponent("report.pdf").path

@@ -223,6 +223,32 @@ final class ArbiterTests: XCTestCase {
         XCTAssertTrue(other.outcome.isPending, "the I/O access still holds the item")
     }
 
+    func testAnEditorsSaveInsideItsOwnWriteWaitsOnlyForHolders() {
+        // Inside its coordinated write of the note, a client renames a temporary file over it (an
+        // atomic save): half of that is the client's already, and bob's queued write waits for it.
+        let coordinated = ask(.write(path("D/note.txt"), options: .forReplacing), owner: alice)
+        let other = ask(.write(path("D/note.txt"), options: .forReplacing), owner: bob)
+        XCTAssertTrue(other.outcome.isPending)
+        let save = Outcome()
+        arbiter.request([.write(path("D/.note.txt.saving"), options: .forMoving), .write(path("D/note.txt"), options: .forReplacing)],
+                        owner: alice, purpose: PurposeID("fuse-4"), joinsOwnersAccesses: true, completion: save.completion)
+        XCTAssertTrue(save.isGranted, "queued behind bob it would wait for bob, who waits for alice")
+        arbiter.release(save.grant!)
+        arbiter.release(coordinated.ticket)
+        XCTAssertTrue(other.outcome.isGranted)
+
+        // A part held by someone else still waits for them.
+        let held = ask(.read(path("D/.other")), owner: bob)
+        let mine = ask(.write(path("D/note2.txt"), options: .forReplacing), owner: alice)
+        let blocked = Outcome()
+        arbiter.request([.write(path("D/.other"), options: .forMoving), .write(path("D/note2.txt"), options: .forReplacing)],
+                        owner: alice, purpose: PurposeID("fuse-5"), joinsOwnersAccesses: true, completion: blocked.completion)
+        XCTAssertTrue(blocked.isPending)
+        arbiter.release(held.ticket)
+        XCTAssertTrue(blocked.isGranted)
+        XCTAssertTrue(mine.outcome.isGranted)
+    }
+
     func testUncoveredClientIOQueuesButNeverWaitsForItsOwner() {
         let ownRead = ask(.read(path("D/a")), owner: alice)
         let io = Outcome()

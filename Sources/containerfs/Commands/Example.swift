@@ -107,3 +107,55 @@ final class NotesFolder: FilePresenter, @unchecked Sendable {
     /// Nothing is ever left unsaved: every change is written at once.
     func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
 }
+
+/// An example app's document, for trying `Document` between processes: opens FILE, optionally
+/// edits it (unsaved), waits, and reports what it holds and any conflict copy. Hidden; used by the
+/// tests of documents in a mount.
+struct ExampleDocumentCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "example-document",
+        abstract: "Example app: open a text document, edit it, save it, and report conflicts.",
+        shouldDisplay: false
+    )
+
+    @Option(help: "Replace the text with this (an unsaved edit).") var edit: String?
+    @Option(help: "Seconds to wait before the edit.") var delay: Double = 0
+    @Flag(help: "Save right after the edit.") var save = false
+    @Option(help: "Seconds to stay open after the edit, hearing other processes.") var wait: Double = 0
+    @Flag(help: "Save before closing (after the wait).") var saveAtEnd = false
+    @Argument(help: "The document.") var file: String
+
+    func run() throws {
+        let document = TextDocument(fileURL: URL(fileURLWithPath: file).standardizedFileURL, autosaveDelay: nil)
+        try document.open()
+        print("opened: \(document.text)")
+        fflush(nil)
+        if let edit {
+            Thread.sleep(forTimeInterval: delay)
+            document.text = edit
+            document.updateChangeCount()
+            if save { try document.save() }
+        }
+        Thread.sleep(forTimeInterval: wait)
+        for conflict in document.conflicts { print("conflict kept: \(conflict.lastPathComponent)") }
+        if saveAtEnd { try document.save() }
+        print("holds: \(document.text)")
+        try document.close()
+    }
+}
+
+/// The example's document: plain text.
+final class TextDocument: Document, @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage = ""
+    private var kept: [URL] = []
+    var text: String {
+        get { lock.withLock { storage } }
+        set { lock.withLock { storage = newValue } }
+    }
+    var conflicts: [URL] { lock.withLock { kept } }
+
+    override func contents() throws -> Data { Data(text.utf8) }
+    override func load(fromContents data: Data) throws { text = String(decoding: data, as: UTF8.self) }
+    override func conflictKept(at conflictURL: URL) { lock.withLock { kept.append(conflictURL) } }
+}
