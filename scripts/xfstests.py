@@ -12,7 +12,7 @@ Whatever happens, the mounts are taken down, the loop devices detached and the w
 removed; a mount helper installed for the run is removed again.
 
 Usage: xfstests.py CONTAINERFS_BINARY XFSTESTS_SOURCE [--group quick] [--tests generic/001 ...]
-                   [--image-size 6G] [--keep-results DIR]
+                   [--image-size 6G] [--test-limit SECONDS] [--keep-results DIR]
 """
 import argparse
 import os
@@ -122,12 +122,33 @@ def shlex_quote(value):
     return "'" + value.replace("'", "'\\''") + "'"
 
 
-def check(suite, config, tests, log):
-    """Runs xfstests' check; returns {test: ("pass" | "fail" | "notrun", message)}."""
+def kill_test(test):
+    """Kills a test that hangs, with everything it started: check then goes on to the next."""
+    found = subprocess.run(["pgrep", "-f", "/tests/" + test + "$"], capture_output=True, text=True).stdout.split()
+    for pid in found:
+        subprocess.run(["pkill", "-KILL", "-P", pid])
+        subprocess.run(["kill", "-KILL", pid], stderr=subprocess.DEVNULL)
+
+
+def check(suite, config, tests, log, limit):
+    """Runs xfstests' check, killing a test that runs longer than `limit` seconds (xfstests has no
+    limit of its own; a test waiting for what a mount does not do would stop the run); returns
+    {test: ("pass" | "fail" | "notrun", message)} and the seconds it took."""
     started = time.monotonic()
+    killed = {}
     with open(log, "w", encoding="utf-8") as output:
-        subprocess.run(["./check", "-R", "xunit"] + tests, cwd=suite, stdout=output, stderr=subprocess.STDOUT,
-                       env=dict(os.environ, HOST_OPTIONS=config))
+        run = subprocess.Popen(["./check", "-R", "xunit"] + tests, cwd=suite, stdout=output, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, HOST_OPTIONS=config))
+        current, since = None, time.monotonic()
+        while run.poll() is None:
+            time.sleep(5)
+            lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
+            last = next((line.split()[0] for line in reversed(lines) if line.startswith("generic/")), None)
+            if last != current:
+                current, since = last, time.monotonic()
+            elif current and time.monotonic() - since > limit and current not in killed:
+                killed[current] = True
+                kill_test(current)
     elapsed = time.monotonic() - started
     results = {}
     base = re.search(r"RESULT_BASE='([^']*)'", open(config, encoding="utf-8").read()).group(1)
@@ -144,6 +165,8 @@ def check(suite, config, tests, log):
                 results[name] = ("pass", "")
     for test in tests:
         results.setdefault(test, ("fail", "no result (see %s)" % log))
+    for test in killed:
+        results[test] = ("fail", "killed after %d s without an end" % limit)
     return results, elapsed
 
 
@@ -168,6 +191,7 @@ def main():
     parser.add_argument("--group", default="quick")
     parser.add_argument("--tests", nargs="*", default=[])
     parser.add_argument("--image-size", default="6G")
+    parser.add_argument("--test-limit", type=int, default=600, help="seconds before a test is killed")
     parser.add_argument("--keep-results", help="copy both sides' results and logs here")
     args = parser.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -216,9 +240,9 @@ def main():
         write_config(work + "/containerfs.config", ours)
         print("xfstests: %d tests (%s), native ext4 first" % (len(tests), args.group if not args.tests else "as given"),
               flush=True)
-        plain, plain_time = check(suite, work + "/native.config", tests, work + "/native.log")
+        plain, plain_time = check(suite, work + "/native.config", tests, work + "/native.log", args.test_limit)
         print("xfstests: ContainerFS", flush=True)
-        mounted, mounted_time = check(suite, work + "/containerfs.config", tests, work + "/containerfs.log")
+        mounted, mounted_time = check(suite, work + "/containerfs.config", tests, work + "/containerfs.log", args.test_limit)
         if args.keep_results:
             os.makedirs(args.keep_results, exist_ok=True)
             for name in ("native.log", "containerfs.log", "results"):
