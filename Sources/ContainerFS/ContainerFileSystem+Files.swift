@@ -64,7 +64,8 @@ extension ContainerFileSystem {
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
             guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough,
-                                                           writable: Policy.write(node.zone) == 0, in: self.nodes,
+                                                           writable: Policy.write(node.zone) == 0,
+                                                           mapsShared: flags & O_ACCMODE == O_RDWR, in: self.nodes,
                                                            openFile) else { return self.fail(request, ESTALE, access: access) }
             guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
             self.reply(request, info: info, with: OpenFile(descriptor: descriptor, node: node, path: path, access: access, charge: charge),

@@ -102,8 +102,8 @@ final class Node: @unchecked Sendable {
     /// lock, so that no write session starts or publishes between the two. `writable`: the file may
     /// be written, so a passthrough backing file is opened for writing too. Nil when a writer in
     /// place must leave the node to passthrough readers: `nodes` detached it.
-    func openHandle(_ opening: Sharing.Opening, passthrough: PassthroughFiles?, writable: Bool = false, in nodes: NodeTable,
-                    _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
+    func openHandle(_ opening: Sharing.Opening, passthrough: PassthroughFiles?, writable: Bool = false, mapsShared: Bool = false,
+                    in nodes: NodeTable, _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
         Node.sessionLocks[stripe].withLock {
             if sharing.admit(opening, passesThrough: passthrough != nil) == .detach {
                 nodes.detach(self)
@@ -113,7 +113,10 @@ final class Node: @unchecked Sendable {
             // Nothing counted: the caller answers the error and keeps no handle.
             guard descriptor >= 0 else { return (descriptor, .shared) }
             let now = DispatchTime.now().uptimeNanoseconds
-            var effect = sharing.open(opening, session: writeSession != nil, now: now, mayRegister: passthrough != nil)
+            // A writer that may map the file shared (open for reading too) does not start passthrough:
+            // the kernel would not see the times and size its mappings change in the backing file.
+            var effect = sharing.open(opening, session: writeSession != nil, now: now,
+                                      mayRegister: passthrough != nil && !(opening.writes && mapsShared))
             if effect == .register {
                 let registered = passthrough?.register(descriptor, writable: writable || opening.writes).map {
                     sharing.registered($0.id, writable: $0.writable, by: opening)

@@ -123,4 +123,13 @@ final class DiskLikeTests: MountedTestCase {
         PY
         """, expected: "8192 8192 b'd' 73728\n8192 8192 b'd' 73728\n")
     }
+
+    func testAWriteThroughASharedMappingMovesTheTimesAtOnce() {
+        // As xfstests generic/080: the times another process stats right after the writer exits.
+        everywhere("""
+        printf 'four' > mapped && stat -c %.9Y mapped > before && sleep 0.1
+        python3 -c 'import mmap, os; fd = os.open("mapped", os.O_RDWR); m = mmap.mmap(fd, 4); m[0:1]; m[0:4] = b"FOUR"'
+        [ "$(stat -c %.9Y mapped)" != "$(cat before)" ] && echo moved; cat mapped; echo
+        """, expected: "moved\nFOUR\n")
+    }
 }
