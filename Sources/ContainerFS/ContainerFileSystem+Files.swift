@@ -81,6 +81,11 @@ extension ContainerFileSystem {
         case .passthrough(let backingID)?, .passthroughLive(let backingID)?:
             if writing { handle.passesWritesThrough() }
             info.reply(request, with: handle, passthrough: backingID)
+            // Attributes the kernel kept from before this live writer would hide what its
+            // mappings change: from now on they are asked afresh (`attributeTimeout`).
+            if case .passthroughLive? = handle.path {
+                kernel?.invalidateInode(nodes.inodeNumber(of: handle.node), offset: -1, length: 0)
+            }
         }
     }
 

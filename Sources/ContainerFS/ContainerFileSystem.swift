@@ -129,7 +129,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes
-        entry.attr_timeout = timeouts.attributes
+        entry.attr_timeout = attributeTimeout(of: node)
         entry.entry_timeout = timeouts.entries
         return 0
     }
@@ -170,7 +170,14 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             ?? currentAttributes(of: node)
         guard error == 0 else { return request.reply(error: error) }
         visible(&attributes, of: node)
-        request.reply(attributes: &attributes, validFor: timeouts.attributes)
+        request.reply(attributes: &attributes, validFor: attributeTimeout(of: node))
+    }
+
+    /// How long the kernel may keep `node`'s attributes: not at all while a live writer's shared
+    /// mappings may move them behind its back (`Sharing.attributesMoveUnseen`).
+    @inline(__always)
+    func attributeTimeout(of node: Node) -> Double {
+        node.isRegularFile && node.attributesMoveUnseen ? 0 : timeouts.attributes
     }
 
     /// A file being written shows its writer's view (the shadow), so that appends land at its end;

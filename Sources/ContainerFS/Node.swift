@@ -113,10 +113,11 @@ final class Node: @unchecked Sendable {
             // Nothing counted: the caller answers the error and keeps no handle.
             guard descriptor >= 0 else { return (descriptor, .shared) }
             let now = DispatchTime.now().uptimeNanoseconds
-            // A writer that may map the file shared (open for reading too) does not start passthrough:
-            // the kernel would not see the times and size its mappings change in the backing file.
+            // A writer in place that may map the file shared (open for reading too) does not start
+            // passthrough: the kernel would not see the times and size its mappings change in the
+            // backing file. A live writer does, and its node's attributes are then asked afresh.
             var effect = sharing.open(opening, session: writeSession != nil, now: now,
-                                      mayRegister: passthrough != nil && !(opening.writes && mapsShared))
+                                      mayRegister: passthrough != nil && !(opening == .inPlaceWriter && mapsShared))
             if effect == .register {
                 let registered = passthrough?.register(descriptor, writable: writable || opening.writes).map {
                     sharing.registered($0.id, writable: $0.writable, by: opening)
@@ -149,6 +150,9 @@ final class Node: @unchecked Sendable {
 
     /// Whether programs share the file live (`Sharing.isLive`).
     var isLive: Bool { Node.sessionLocks[stripe].withLock { sharing.isLive } }
+
+    /// `Sharing.attributesMoveUnseen`.
+    var attributesMoveUnseen: Bool { Node.sessionLocks[stripe].withLock { sharing.attributesMoveUnseen } }
 
     func noticeSent() {
         Node.sessionLocks[stripe].withLock { sharing.noticeSent() }

@@ -70,6 +70,11 @@ struct Sharing: Equatable {
     /// Whether the file is live: writes go straight to it and every open shares them.
     var isLive: Bool { liveWriters > 0 }
 
+    /// Whether a live writer reaches the file through passthrough: its shared mappings change the
+    /// backing file's times and size where the kernel does not see it, so attributes are asked
+    /// for afresh while it is open.
+    var attributesMoveUnseen: Bool { liveWriters > 0 && passthroughReaders > 0 }
+
     /// Handles reading a version through the kernel (its page cache, or passthrough), which a writer
     /// of atomic replace must leave the node to.
     var cachedReaders: Int32 { pageCacheReaders + passthroughReaders + shared }

@@ -48,6 +48,15 @@ final class SharingTests: XCTestCase {
         XCTAssertEqual(open(.inPlaceWriter, passthrough: 9), .passthrough(backingID: 9))
     }
 
+    func testALiveWriterThroughPassthroughMakesItsAttributesBeAskedAfresh() {
+        XCTAssertEqual(open(.liveWriter, passthrough: 9), .passthroughLive(backingID: 9))
+        XCTAssertTrue(sharing.attributesMoveUnseen, "its mappings change the backing file unseen")
+        XCTAssertEqual(sharing.close(.passthroughLive(backingID: 9)), .unregister(9))
+        XCTAssertFalse(sharing.attributesMoveUnseen)
+        XCTAssertEqual(open(.liveWriter), .live, "through the page cache the kernel sees its writes")
+        XCTAssertFalse(sharing.attributesMoveUnseen)
+    }
+
     func testAWriterWhoseBackingFileCannotBeWrittenDoesNotPassThrough() {
         XCTAssertEqual(open(.inPlaceWriter, passthrough: 9, writable: false), .shared)
         XCTAssertEqual(open(.liveWriter, passthrough: 9, writable: false), .live)
