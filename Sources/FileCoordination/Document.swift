@@ -106,13 +106,16 @@ open class Document: FilePresenter, @unchecked Sendable {
         try load(fromContents: data)
     }
 
-    /// A temporary file beside `url`, synced, renamed over it: inside a mount the rename is the
-    /// publish, and outside it this is what a local disk offers.
+    /// Writes `data` as `url`'s new version, whole or not at all. Inside a ContainerFS mount a
+    /// truncating write is that already: the daemon writes a shadow and publishes it at the close,
+    /// and no temporary file shows to folder presenters. Elsewhere, a temporary file beside `url`,
+    /// synced and renamed over it, as a local disk offers.
     static func replace(_ url: URL, with data: Data) throws {
-        let temporary = url.deletingLastPathComponent()
+        let inMount = Placement.locator.locate(url.deletingLastPathComponent()) != nil
+        let target = inMount ? url : url.deletingLastPathComponent()
             .appendingPathComponent(".\(url.lastPathComponent).saving-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        let descriptor = Glibc.open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { throw CocoaError.error(.fileWriteUnknown, userInfo: nil, url: temporary) }
+        let descriptor = Glibc.open(target.path, O_WRONLY | O_CREAT | O_CLOEXEC | (inMount ? O_TRUNC : O_EXCL), 0o644)
+        guard descriptor >= 0 else { throw CocoaError.error(.fileWriteUnknown, userInfo: nil, url: target) }
         var failure: Int32 = 0
         data.withUnsafeBytes { bytes in
             var offset = 0
@@ -124,9 +127,9 @@ open class Document: FilePresenter, @unchecked Sendable {
         }
         if failure == 0, fsync(descriptor) != 0 { failure = errno }
         if Glibc.close(descriptor) != 0, failure == 0 { failure = errno }
-        if failure == 0, rename(temporary.path, url.path) != 0 { failure = errno }
+        if failure == 0, !inMount, rename(target.path, url.path) != 0 { failure = errno }
         if failure != 0 {
-            unlink(temporary.path)
+            if !inMount { unlink(target.path) }
             throw CocoaError.error(.fileWriteUnknown, userInfo: [NSUnderlyingErrorKey: POSIXError(POSIXErrorCode(rawValue: failure) ?? .EIO)], url: url)
         }
     }

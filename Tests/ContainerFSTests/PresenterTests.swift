@@ -229,6 +229,16 @@ final class PresenterTests: MountedTestCase {
         XCTAssertFalse(mounted.daemonOutput.contains("did not answer in time"), "the presenter answered in time")
     }
 
+    func testADocumentsSaveShowsFolderPresentersAChangeAndNoTemporaryFile() throws {
+        sh("printf first > Documents/note.txt")
+        let watcher = try watch(["Documents"])
+        defer { watcher.stop() }
+        sh("\(Shell.quote(MountedStore.executable)) example-document Documents/note.txt --edit saved --save > /dev/null")
+        let heard = names(watcher.events(atLeast: 1))
+        XCTAssertEqual(heard.first, "presentedSubitemDidChange Documents/note.txt")
+        XCTAssertFalse(heard.contains { $0.contains(".saving") }, "\(heard)")
+    }
+
     func testDeliveriesWhileMountedReachTheInboxPresenters() throws {
         let watcher = try watch(["Documents/Inbox"])
         let file = mounted.root.appendingPathComponent("report.pdf").path
