@@ -17,6 +17,7 @@ Usage: xfstests.py CONTAINERFS_BINARY XFSTESTS_SOURCE [--group quick] [--tests g
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -115,11 +116,7 @@ class Run:
 def write_config(path, settings):
     with open(path, "w", encoding="utf-8") as config:
         for key, value in settings.items():
-            config.write("export %s=%s\n" % (key, shlex_quote(value)))
-
-
-def shlex_quote(value):
-    return "'" + value.replace("'", "'\\''") + "'"
+            config.write("export %s=%s\n" % (key, shlex.quote(value)))
 
 
 def kill_test(test):
@@ -130,7 +127,7 @@ def kill_test(test):
         subprocess.run(["kill", "-KILL", pid], stderr=subprocess.DEVNULL)
 
 
-def check(suite, config, tests, log, limit):
+def check(suite, config, base, tests, log, limit):
     """Runs xfstests' check, killing a test that runs longer than `limit` seconds (xfstests has no
     limit of its own; a test waiting for what a mount does not do would stop the run); returns
     {test: ("pass" | "fail" | "notrun", message)} and the seconds it took."""
@@ -151,7 +148,6 @@ def check(suite, config, tests, log, limit):
                 kill_test(current)
     elapsed = time.monotonic() - started
     results = {}
-    base = re.search(r"RESULT_BASE='([^']*)'", open(config, encoding="utf-8").read()).group(1)
     report = os.path.join(base, "result.xml")
     if os.path.exists(report):
         for case in ElementTree.parse(report).getroot().iter("testcase"):
@@ -240,9 +236,11 @@ def main():
         write_config(work + "/containerfs.config", ours)
         print("xfstests: %d tests (%s), native ext4 first" % (len(tests), args.group if not args.tests else "as given"),
               flush=True)
-        plain, plain_time = check(suite, work + "/native.config", tests, work + "/native.log", args.test_limit)
+        plain, plain_time = check(suite, work + "/native.config", native["RESULT_BASE"], tests, work + "/native.log",
+                                  args.test_limit)
         print("xfstests: ContainerFS", flush=True)
-        mounted, mounted_time = check(suite, work + "/containerfs.config", tests, work + "/containerfs.log", args.test_limit)
+        mounted, mounted_time = check(suite, work + "/containerfs.config", ours["RESULT_BASE"], tests,
+                                      work + "/containerfs.log", args.test_limit)
         if args.keep_results:
             os.makedirs(args.keep_results, exist_ok=True)
             for name in ("native.log", "containerfs.log", "results"):

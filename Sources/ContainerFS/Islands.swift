@@ -79,7 +79,7 @@ final class Islands: @unchecked Sendable {
     /// The identity of the process `pid` (a request's caller, a control client).
     func identity(of pid: pid_t) -> Identity {
         guard pid > 0 else { return .unconfined }
-        guard let namespace = Islands.userNamespace(of: pid) else { return .unknown }
+        guard let namespace = RunningApps.userNamespace(of: pid) else { return .unknown }
         if namespace == home { return .unconfined }
         if let known = state.withLock({ $0.resolved[namespace] }) { return known }
         let identity = trace(pid)
@@ -106,27 +106,6 @@ final class Islands: @unchecked Sendable {
             current = parent
         }
         return .unknown
-    }
-    /// `/proc/PID/ns/user`'s inode number, formatted without allocating: asked on every request
-    /// while an app runs.
-    private static func userNamespace(of pid: pid_t) -> UInt64? {
-        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 32) { buffer in
-            var length = 0
-            for byte in "/proc/".utf8 { buffer[length] = CChar(byte); length += 1 }
-            var digits = 0, value = pid
-            repeat { digits += 1; value /= 10 } while value > 0
-            value = pid
-            for index in stride(from: length + digits - 1, through: length, by: -1) {
-                buffer[index] = CChar(UInt8(ascii: "0") + UInt8(value % 10))
-                value /= 10
-            }
-            length += digits
-            for byte in "/ns/user".utf8 { buffer[length] = CChar(byte); length += 1 }
-            buffer[length] = 0
-            var attributes = stat()
-            guard stat(buffer.baseAddress!, &attributes) == 0 else { return nil }
-            return UInt64(attributes.st_ino)
-        }
     }
 }
 

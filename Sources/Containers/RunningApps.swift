@@ -86,10 +86,25 @@ public enum RunningApps {
         return (namespace, app)
     }
 
-    /// The inode number of `pid`'s user namespace, or nil if it cannot be read.
+    /// The inode number of `pid`'s user namespace (`/proc/PID/ns/user`), or nil if it cannot be
+    /// read. The path is made without allocating: daemons ask on every request while an app runs.
     public static func userNamespace(of pid: pid_t) -> UInt64? {
-        var attributes = stat()
-        guard stat("/proc/\(pid)/ns/user", &attributes) == 0 else { return nil }
-        return UInt64(attributes.st_ino)
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 32) { buffer in
+            var length = 0
+            for byte in "/proc/".utf8 { buffer[length] = CChar(byte); length += 1 }
+            var digits = 0, value = pid
+            repeat { digits += 1; value /= 10 } while value > 0
+            value = pid
+            for index in stride(from: length + digits - 1, through: length, by: -1) {
+                buffer[index] = CChar(UInt8(ascii: "0") + UInt8(value % 10))
+                value /= 10
+            }
+            length += digits
+            for byte in "/ns/user".utf8 { buffer[length] = CChar(byte); length += 1 }
+            buffer[length] = 0
+            var attributes = stat()
+            guard stat(buffer.baseAddress!, &attributes) == 0 else { return nil }
+            return UInt64(attributes.st_ino)
+        }
     }
 }

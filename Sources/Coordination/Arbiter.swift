@@ -94,8 +94,8 @@ public final class Arbiter: Sendable {
             // Partly inside the owner's access (an editor's save: a temporary file renamed over
             // the item it holds), it waits only for holders, not behind the queue, which waits
             // for that owner.
-            request.passesWaiters = joinsOwnersAccesses && state.ownerHoldsPart(of: request)
-            if joined != nil || state.isGrantable(request, blockedBy: state.waiting.prefix(request.passesWaiters ? 0 : state.waiting.count)) {
+            let passes = state.passesWaiters(request)
+            if joined != nil || state.isGrantable(request, blockedBy: state.waiting.prefix(passes ? 0 : state.waiting.count)) {
                 state.active[request.ticket] = request
                 return (request.ticket, true)
             }
@@ -247,8 +247,6 @@ private final class Request: @unchecked Sendable {
     var accesses: [ItemAccess]
     var locks: [Lock]
     let joinsOwnersAccesses: Bool
-    /// Waits for holders only, not behind earlier waiters (see `request`).
-    var passesWaiters = false
     let completion: Arbiter.Completion
     var timer: (any TimerHandle)?
 
@@ -300,9 +298,10 @@ private struct State: Sendable {
             && !earlier.contains { request.conflicts(with: $0) }
     }
 
-    /// Whether an active access of the request's owner covers one of its locks.
-    func ownerHoldsPart(of request: Request) -> Bool {
-        active.values.contains { held in
+    /// Whether `request` waits for holders only, not behind earlier waiters: a filesystem access
+    /// of a client partly inside an access the client holds now (see `request`).
+    func passesWaiters(_ request: Request) -> Bool {
+        request.joinsOwnersAccesses && active.values.contains { held in
             held.owner == request.owner && request.locks.contains { wanted in held.locks.contains { $0.covers(wanted) } }
         }
     }
@@ -330,7 +329,7 @@ private struct State: Sendable {
         for index in queue.indices {
             let request = queue[index]
             let mayProceed = freed.map(request.conflicts(with:)) ?? true
-            let earlier = stillWaiting.prefix(request.passesWaiters ? 0 : stillWaiting.count).lazy.map { queue[$0] }
+            let earlier = stillWaiting.prefix(passesWaiters(request) ? 0 : stillWaiting.count).lazy.map { queue[$0] }
             if mayProceed && isGrantable(request, blockedBy: earlier) {
                 active[request.ticket] = request
                 grantedIndices.append(index)

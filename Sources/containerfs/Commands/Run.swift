@@ -63,8 +63,7 @@ struct RunCommand: ParsableCommand {
         guard let source = Sandbox.mountSource(of: path) else {
             throw ContainerError("\(place) is neither a store nor a ContainerFS mount point.")
         }
-        let storePath = source.split(separator: ":", maxSplits: 1).first.map(String.init) ?? source
-        guard let store = try? Store.open(storePath),
+        guard let store = Sandbox.store(mountedAs: source),
               let mount = MountRegistry.active(in: store).first(where: { $0.mountPoint == path }) else {
             throw ContainerError("\(place): cannot find its store (the mount's source is '\(source)'); give the store instead.")
         }
@@ -103,6 +102,11 @@ struct Sandbox {
             if unescape(fields[1]) == mountPoint { return unescape(fields[0]) }
         }
         return nil
+    }
+
+    /// The store of a mount whose source the mount table shows as STORE or STORE:ID[/DIR].
+    static func store(mountedAs source: String) -> Store? {
+        try? Store.open(String(source.split(separator: ":", maxSplits: 1).first ?? ""))
     }
 
     /// The mount table writes space, tab, newline and backslash as octal escapes.
@@ -197,10 +201,11 @@ struct Sandbox {
 
         let started = Sandbox.readChildPid(info[0])
         close(info[0])
-        var (record, refusal) = started.map { register($0, in: store) } ?? (nil, nil)
+        let (record, registrationRefusal) = started.map { register($0, in: store) } ?? (nil, nil)
         defer {
             if let record { RunningApps.remove(record, in: store) }
         }
+        var refusal = registrationRefusal
         if record != nil {
             var go: UInt8 = 1
             if write(block[1], &go, 1) != 1 { refusal = "bwrap stopped before the program could start (\(String(cString: strerror(errno))))." }
@@ -215,9 +220,7 @@ struct Sandbox {
                 : "\(app) was not started: \(refusal ?? "its sandbox's namespace could not be read").")
             return status == 0 ? 1 : status
         }
-        if let record { RunningApps.remove(record, in: store) }
-        record = nil
-        emptyTemporaryIfLast(store)
+        emptyTemporaryIfLast(store, besides: record)
         return status
     }
 
@@ -275,8 +278,8 @@ struct Sandbox {
     }
 
     /// tmp is emptied when the app's last sandbox ends, through the mount (presenters hear it).
-    private func emptyTemporaryIfLast(_ store: Store) {
-        guard !RunningApps.list(in: store).contains(where: { $0.app == app.rawValue }) else { return }
+    private func emptyTemporaryIfLast(_ store: Store, besides own: RunningApp?) {
+        guard !RunningApps.list(in: store).contains(where: { $0.app == app.rawValue && $0 != own }) else { return }
         let tmp = container + "/tmp"
         for name in (try? FileManager.default.contentsOfDirectory(atPath: tmp)) ?? [] {
             do {

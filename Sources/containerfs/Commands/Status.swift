@@ -69,7 +69,7 @@ struct RunningAppsReport {
 
     var text: String {
         guard let source = Sandbox.mountSource(of: mountPoint),
-              let store = try? Store.open(String(source.split(separator: ":", maxSplits: 1).first ?? ""))
+              let store = Sandbox.store(mountedAs: source)
         else { return "" }
         let running = RunningApps.list(in: store)
         guard !running.isEmpty else { return "Running apps: none\n" }
