@@ -55,6 +55,8 @@ public enum Daemon {
             throw ContainerError("No app \(app) in the store \(store.root). `containerfs list \(store.root)` shows what is installed.")
         }
         try prepareContainers(apps, of: store)
+        // Groups' containers show in a mount of the whole store; they have no tmp of their own.
+        if configuration.app == nil { try store.groups().forEach(store.repairContainer) }
 
         let rootPath = configuration.app.map(store.containerPath) ?? store.containersPath
         var rootDescriptor = Glibc.open(rootPath, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)

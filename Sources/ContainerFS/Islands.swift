@@ -7,24 +7,37 @@ import Synchronization
 
 /// Which processes are which app's: the store's running-app records (`RunningApps`), watched with
 /// inotify, map user namespaces to apps. A process in a recorded namespace reaches only its app's
-/// container; every other process is not confined (docs/island.md).
+/// container and its groups' (from the app's record); every other process is not confined
+/// (docs/island.md).
 final class Islands: @unchecked Sendable {
     enum Identity: Equatable {
         /// Not in any app's sandbox: mode bits and policy decide, as before.
         case unconfined
-        /// A process of this app.
-        case app([UInt8])
+        /// A process of an app.
+        case app(Reach)
         /// A process whose namespace cannot be read (it is gone): refused.
         case unknown
     }
 
+    /// The containers an app's processes reach: its own, and its groups' shared ones.
+    struct Reach: Equatable {
+        var app: [UInt8]
+        var groups: [[UInt8]] = []
+
+        func contains(_ container: [UInt8]?) -> Bool {
+            guard let container else { return false }
+            return container == app || groups.contains(container)
+        }
+    }
+
     private struct State {
         /// The recorded namespaces (a sandbox's own; its processes may be in one nested in it).
-        var recorded: [UInt64: [UInt8]] = [:]
+        var recorded: [UInt64: Reach] = [:]
         /// Namespaces already traced to a record or to none, until the records change.
         var resolved: [UInt64: Identity] = [:]
     }
 
+    private let store: Store
     private let directory: String
     private let descriptor: Int32
     private let source: DispatchSourceRead
@@ -35,6 +48,7 @@ final class Islands: @unchecked Sendable {
     let active = Atomic<Bool>(false)
 
     init?(store: Store) {
+        self.store = store
         directory = RunningApps.directory(of: store)
         home = RunningApps.userNamespace(of: getpid())
         guard (try? RunningApps.prepare(store)) != nil else { return nil }
@@ -63,12 +77,15 @@ final class Islands: @unchecked Sendable {
     /// mount (`reloadAttribute`) before its program starts, so that no request of it comes first.
     @discardableResult
     func reload() -> Int {
-        var recorded: [UInt64: [UInt8]] = [:]
+        var recorded: [UInt64: Reach] = [:]
         if let handle = opendir(directory) {
             defer { closedir(handle) }
             while let entry = readdir(handle) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if let (namespace, app) = RunningApps.parse(name) { recorded[namespace] = Array(app.utf8) }
+                guard let (namespace, app) = RunningApps.parse(name) else { continue }
+                // An app whose record cannot be read reaches its own container only.
+                let groups = AppID(app).flatMap { try? store.record($0) }?.groupIDs ?? []
+                recorded[namespace] = Reach(app: Array(app.utf8), groups: groups.map { Array($0.rawValue.utf8) })
             }
         }
         state.withLock { $0 = State(recorded: recorded, resolved: [:]) }
@@ -121,7 +138,7 @@ extension ContainerFileSystem {
         switch identity {
         case .unconfined: return true
         case .unknown: return false
-        case .app(let app): return container == app
+        case .app(let reach): return reach.contains(container)
         }
     }
 

@@ -1,4 +1,5 @@
-/// An installed app's identifier, such as `com.example.notes`: the name of its container.
+/// An installed app's identifier, such as `com.example.notes`, or an app group's, such as
+/// `group.com.example.shared`: the name of its container.
 public struct AppID: Hashable, Sendable, CustomStringConvertible, Comparable {
     public let rawValue: String
 
@@ -18,6 +19,12 @@ public struct AppID: Hashable, Sendable, CustomStringConvertible, Comparable {
             return false
         }
     }
+
+    /// App groups' identifiers start with this, as on Apple's systems; apps' may not.
+    public static let groupPrefix = "group."
+
+    /// Whether this names an app group's shared container (docs/island.md), not an app.
+    public var isGroup: Bool { rawValue.hasPrefix(AppID.groupPrefix) && rawValue.utf8.count > AppID.groupPrefix.utf8.count }
 
     public var description: String { rawValue }
     public static func < (lhs: AppID, rhs: AppID) -> Bool { lhs.rawValue < rhs.rawValue }

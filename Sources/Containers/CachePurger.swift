@@ -53,9 +53,9 @@ public struct CachePurger {
         self.freeSpace = freeSpace
     }
 
-    /// The cache files of `apps` (every installed app by default), least recently used first.
+    /// The cache files of `apps` (every installed app and group by default), least recently used first.
     public func cachedFiles(of apps: [AppID]? = nil) throws -> [CachedFile] {
-        let ids = try apps ?? store.apps().compactMap { AppID($0.id) }
+        let ids = try apps ?? store.apps().compactMap { AppID($0.id) } + store.groups()
         var files: [CachedFile] = []
         for id in ids {
             guard let caches = try? DirectoryHandle(path: store.cachesPath(id)) else { continue }

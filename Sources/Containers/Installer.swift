@@ -5,8 +5,12 @@ public enum Installer {
     /// Copies `bundlePath` (a `Name.app` directory) into the store and creates the container's
     /// directories, and seals the installed bundle (see `Seal`). Reinstalling an app replaces its
     /// bundle and keeps its data, as an update does.
+    ///
+    /// `groups` are the app groups the app joins (each one's shared container is made if it is
+    /// new); nil keeps a reinstalled app's groups, as an update without new entitlements does.
     @discardableResult
     public static func install(bundle bundlePath: String, into store: Store, id requestedID: AppID? = nil,
+                               groups requestedGroups: [AppID]? = nil,
                                progress: ProgressListener? = nil) throws -> AppRecord {
         let source = Store.absolute(bundlePath)
         let bundleName = (source as NSString).lastPathComponent
@@ -21,12 +25,21 @@ public enum Installer {
             throw ContainerError("\(bundlePath): cannot derive an app ID from the bundle's name; give one with --id com.example.name.")
         }
 
+        guard !id.isGroup else {
+            throw ContainerError("\(id): identifiers starting with \(AppID.groupPrefix) name app groups, not apps; give the app another ID with --id.")
+        }
+        for group in requestedGroups ?? [] where !group.isGroup {
+            throw ContainerError("\(group) is not an app group's identifier: they start with \(AppID.groupPrefix), as in \(AppID.groupPrefix)com.example.shared.")
+        }
+
         let container = store.containerPath(id)
+        var groups = requestedGroups ?? []
         if store.isInstalled(id) {
             let old = try store.record(id)
             guard old.bundleName == bundleName else {
                 throw ContainerError("\(id) is installed with the bundle \(old.bundleName), not \(bundleName). Uninstall it first to install a different bundle under the same ID.")
             }
+            if requestedGroups == nil { groups = old.groupIDs }
         }
 
         // Copy into the store's scratch space first, then move into place: a failed copy leaves nothing half-installed.
@@ -45,7 +58,10 @@ public enum Installer {
         // Sealed where it will be served, so the recorded inode fingerprints are the served files'.
         try Seal.seal(store: store, id: id, bundleName: bundleName, progress: progress)
 
-        let record = AppRecord(id: id.rawValue, bundleName: bundleName, installedAt: Date())
+        // A group's container exists before any member's record names it.
+        for group in groups { try store.repairContainer(group) }
+        let record = AppRecord(id: id.rawValue, bundleName: bundleName, installedAt: Date(),
+                               groups: groups.isEmpty ? nil : groups.map(\.rawValue))
         try store.write(record)
         // A bundle whose files a power cut took back would fail its seal.
         try store.syncToDisk()

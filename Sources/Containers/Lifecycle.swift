@@ -6,16 +6,28 @@ public enum Lifecycle {
     /// container. Both are first moved into the store's work directory, so a crash midway leaves
     /// either the whole app or scratch to clear, never half a container that still looks installed.
     ///
+    /// The shared container of a group goes with its last member, as on iOS.
+    ///
     /// Refusing while the store is mounted is the caller's job: pass `mountCheck`, which throws to refuse.
     public static func uninstall(store: Store, id: AppID, mountCheck: (Store, AppID) throws -> Void = { _, _ in }) throws {
+        guard !id.isGroup else {
+            throw ContainerError("\(id) is an app group: its shared container is removed with the last of its apps (\(((try? store.members(of: id)) ?? []).map(\.id).joined(separator: ", "))).")
+        }
         guard store.isInstalled(id) || FileManager.default.fileExists(atPath: store.containerPath(id)) else {
             throw ContainerError("No app \(id) in the store \(store.root). `containerfs list \(store.root)` shows what is installed.")
         }
         try mountCheck(store, id)
+        let groups = (try? store.record(id))?.groupIDs ?? []
         let trash = store.workPath + "/" + scratchName("uninstall-\(id.rawValue)")
         try FileManager.default.createDirectory(atPath: trash, withIntermediateDirectories: true)
-        for (path, name) in [(store.recordDirectory(id), "record"), (store.containerPath(id), "container")] {
+        func discard(_ path: String, as name: String) throws {
             guard rename(path, trash + "/" + name) == 0 || errno == ENOENT else { throw posixError("rename", path) }
+        }
+        try discard(store.recordDirectory(id), as: "record")
+        try discard(store.containerPath(id), as: "container")
+        // Asked once the record is gone, so that the app no longer counts as a member.
+        for group in groups where try store.members(of: group).isEmpty {
+            try discard(store.containerPath(group), as: group.rawValue)
         }
         try FileTree.remove(trash)
     }

@@ -11,7 +11,7 @@ public enum Policy {
     /// Creating a file, directory, symlink or device node, or a hard link, inside `parent`.
     public static func create(in parent: Zone) -> Int32 {
         switch parent {
-        case .documents, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return 0
+        case .groupRoot, .documents, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return 0
         case .bundle: return EROFS
         case .mountRoot, .containerRoot, .inbox, .inboxItem, .stray: return EACCES
         }
@@ -22,7 +22,7 @@ public enum Policy {
         switch item {
         case .inboxItem, .data, .cachesItem, .tmpItem: return 0
         case .bundle: return EROFS
-        case .mountRoot, .containerRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp, .stray: return EACCES
+        case .mountRoot, .containerRoot, .groupRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp, .stray: return EACCES
         }
     }
 
@@ -31,7 +31,7 @@ public enum Policy {
         switch item {
         case .data, .cachesItem, .tmpItem: return 0
         case .bundle: return EROFS
-        case .mountRoot, .containerRoot, .documents, .inbox, .inboxItem, .library, .libraryDirectory, .caches, .tmp, .stray:
+        case .mountRoot, .containerRoot, .groupRoot, .documents, .inbox, .inboxItem, .library, .libraryDirectory, .caches, .tmp, .stray:
             return EACCES
         }
     }
@@ -91,7 +91,7 @@ public enum Policy {
         case .bundle, .mountRoot, .containerRoot, .stray: return noWrite
         // Inbox directories keep their write bits: deleting from them is allowed.
         case .inboxItem: return isDirectory ? mode : noWrite
-        case .documents, .inbox, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return mode
+        case .groupRoot, .documents, .inbox, .library, .libraryDirectory, .data, .caches, .cachesItem, .tmp, .tmpItem: return mode
         }
     }
 }

@@ -14,6 +14,18 @@ public struct AppRecord: Codable, Sendable, Equatable {
     /// The bundle's directory name in the container root, such as `Notes.app`.
     public var bundleName: String
     public var installedAt: Date
+    /// The app groups whose shared containers the app reaches (absent in records made before groups).
+    public var groups: [String]?
+
+    public init(id: String, bundleName: String, installedAt: Date, groups: [String]? = nil) {
+        self.id = id
+        self.bundleName = bundleName
+        self.installedAt = installedAt
+        self.groups = groups
+    }
+
+    /// The groups, as identifiers (any a damaged record names that is not a group's is left out).
+    public var groupIDs: [AppID] { (groups ?? []).compactMap(AppID.init).filter(\.isGroup) }
 }
 
 /// A store: an ordinary directory holding installed apps.
@@ -21,7 +33,7 @@ public struct AppRecord: Codable, Sendable, Equatable {
 /// On disk (documented in docs/store-format.md):
 ///
 ///     STORE/containerfs-store.json   marks the directory as a store; holds the format version
-///     STORE/containers/ID/           each container exactly as the mount shows it
+///     STORE/containers/ID/           each container exactly as the mount shows it (apps' and groups')
 ///     STORE/apps/ID/app.json         what the store knows of the app (bundle name, install date, seal)
 ///     STORE/work/                    the daemon's scratch space on the same filesystem (shadows, staging)
 public struct Store: Sendable {
@@ -114,6 +126,17 @@ public struct Store: Sendable {
         }
     }
 
+    /// The app groups that have a shared container, sorted.
+    public func groups() -> [AppID] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: containersPath)) ?? []
+        return names.compactMap(AppID.init).filter(\.isGroup).sorted()
+    }
+
+    /// The installed apps that belong to `group`.
+    public func members(of group: AppID) throws -> [AppRecord] {
+        try apps().filter { $0.groupIDs.contains(group) }
+    }
+
     public func isInstalled(_ id: AppID) -> Bool {
         FileManager.default.fileExists(atPath: recordPath(id))
     }
@@ -135,9 +158,9 @@ public struct Store: Sendable {
         }
     }
 
-    /// Recreates any missing fixed directory of a container.
+    /// Recreates any missing fixed directory of a container (an app's or a group's).
     public func repairContainer(_ id: AppID) throws {
-        for directory in ContainerLayout.directories {
+        for directory in ContainerLayout.directories(of: id) {
             try FileManager.default.createDirectory(atPath: containerPath(id) + "/" + directory,
                                                     withIntermediateDirectories: true)
         }

@@ -22,7 +22,12 @@ public enum StoreCheck {
                 problems.append(StoreProblem(description: "containers/\(name): not an app ID; move it out of the store.", repair: nil))
                 continue
             }
-            if !store.isInstalled(id) {
+            if id.isGroup {
+                if (try? store.members(of: id))?.isEmpty ?? true {
+                    problems.append(StoreProblem(description: "containers/\(name): a group container that no installed app belongs to; install an app with --group \(name), or remove it after saving what you need from it.", repair: nil))
+                }
+                problems += missingDirectories(of: id, in: store)
+            } else if !store.isInstalled(id) {
                 problems.append(StoreProblem(description: "containers/\(name): a container without an app record (a failed install or uninstall); reinstall the app, or remove the container after saving what you need from it.", repair: nil))
             }
         }
@@ -33,14 +38,21 @@ public enum StoreCheck {
                 problems.append(StoreProblem(description: "\(id): its bundle \(record.bundleName) is missing; reinstall the app (its data is kept).", repair: nil))
                 continue
             }
-            for directory in ContainerLayout.directories where !FileManager.default.fileExists(atPath: container + "/" + directory) {
-                problems.append(StoreProblem(description: "\(id): \(directory) is missing.", repair: { try store.repairContainer(id) }))
+            problems += missingDirectories(of: id, in: store)
+            for group in record.groupIDs where !FileManager.default.fileExists(atPath: store.containerPath(group)) {
+                problems.append(StoreProblem(description: "\(id): the container of its group \(group) is missing.", repair: { try store.repairContainer(group) }))
             }
             if let seal = try? Seal.check(store: store, id: id), !seal.isIntact {
                 problems.append(StoreProblem(description: "\(id): the bundle fails its seal (\(seal.findings.count) findings; `containerfs verify` lists them); reinstall the app.", repair: nil))
             }
         }
         return problems
+    }
+
+    private static func missingDirectories(of id: AppID, in store: Store) -> [StoreProblem] {
+        ContainerLayout.directories(of: id).filter { !FileManager.default.fileExists(atPath: store.containerPath(id) + "/" + $0) }.map {
+            StoreProblem(description: "\(id): \($0) is missing.", repair: { try store.repairContainer(id) })
+        }
     }
 
     /// Scratch left in STORE/work by processes that died: installs, deliveries, restores, shadows.

@@ -31,13 +31,18 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     case tmpItem
     /// An entry of the container root that is none of the fixed ones (left by hand in the store).
     case stray
+    /// An app group's shared container (`group.ID` in a mount of the whole store): its apps keep
+    /// files at its top, beside its fixed `Library`.
+    case groupRoot
 
     public static let bundleExtension = ".app"
 
     /// The zone of the entry `name` inside a directory of this zone.
     public func child(named name: UnsafeRawBufferPointer) -> Zone {
         switch self {
-        case .mountRoot: return .containerRoot
+        case .mountRoot:
+            return name.count > AppID.groupPrefix.utf8.count && name.starts(with: AppID.groupPrefix.utf8) ? .groupRoot : .containerRoot
+        case .groupRoot: return name.elementsEqual("Library".utf8) ? .library : .data
         case .containerRoot:
             if name.elementsEqual("Documents".utf8) { return .documents }
             if name.elementsEqual("Library".utf8) { return .library }
@@ -68,7 +73,7 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     public var isInheritedByChildren: Bool {
         switch self {
         case .bundle, .inboxItem, .data, .cachesItem, .tmpItem, .stray: return true
-        case .mountRoot, .containerRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp: return false
+        case .mountRoot, .containerRoot, .groupRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp: return false
         }
     }
 
@@ -76,7 +81,7 @@ public enum Zone: UInt8, Sendable, CaseIterable {
     var renameDomain: RenameDomain {
         switch self {
         case .tmp, .tmpItem: return .temporary
-        case .documents, .inbox, .inboxItem, .library, .libraryDirectory, .data, .caches, .cachesItem: return .data
+        case .groupRoot, .documents, .inbox, .inboxItem, .library, .libraryDirectory, .data, .caches, .cachesItem: return .data
         case .mountRoot, .containerRoot, .bundle, .stray: return .fixed
         }
     }

@@ -6,11 +6,20 @@ import XCTest
 /// way they try (docs/island.md). Real programs (sh, ls, cat, python3) inside bubblewrap.
 final class IslandTests: XCTestCase {
     private var mounted: MountedStore!
+    static let group = "group.com.example.shared"
+    static let mail = "com.example.mail"
     private let binary = Shell.quote(MountedStore.executable)
 
     override func setUpWithError() throws {
         try XCTSkipIf(access("/usr/bin/bwrap", X_OK) != 0, "bubblewrap is not installed (scripts/setup.sh installs it)")
-        mounted = try MountedStore(extraArguments: ["-o", "allow_other"])
+        // Notes and Photos share a group; Mail is in none.
+        mounted = try MountedStore(extraArguments: ["-o", "allow_other"]) { store in
+            let bundles = (store.root as NSString).deletingLastPathComponent + "/bundles/"
+            let group = [AppID(IslandTests.group)!]
+            try Installer.install(bundle: bundles + "Notes.app", into: store, id: AppID(SampleApps.notes)!, groups: group)
+            try Installer.install(bundle: bundles + "Photos.app", into: store, id: AppID(SampleApps.photos)!, groups: group)
+            try Installer.install(bundle: bundles + "Photos.app", into: store, id: AppID(IslandTests.mail)!)
+        }
         try "photos' secret\n".write(toFile: mounted.backing(SampleApps.photos) + "/Documents/secret.txt",
                                      atomically: false, encoding: .utf8)
     }
@@ -58,41 +67,11 @@ final class IslandTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
         XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(second)) -o allow_other").status, 0)
         defer { _ = Shell.run("\(binary) unmount \(Shell.quote(second))") }
-        // A process outside hands the app directory descriptors over an abstract socket.
-        let socket = "cfs-island-\(UUID().uuidString.prefix(8))"
-        let server = """
-        import array, os, socket, sys
-        s = socket.socket(socket.AF_UNIX); s.bind("\\0\(socket)"); s.listen(1)
-        print("ready", flush=True)
-        c, _ = s.accept()
-        fds = [os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.argv[1:]]
-        c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]); c.close()
-        """
-        let client = """
-        import array, os, socket, time
-        s = socket.socket(socket.AF_UNIX); s.connect("\\0\(socket)")
-        _, ancillary, _, _ = s.recvmsg(1, socket.CMSG_LEN(64))
-        fds = array.array("i"); fds.frombytes(ancillary[0][2])
-        def attempt(what, call):
-            try: call(); return what + " ok"
-            except OSError as error: return what + " " + error.strerror
-        for fd, label in zip(fds, ["photos", "photos (second mount)", "own"]):
-            print(label + ":", ", ".join([
-                attempt("list", lambda: os.listdir(fd)),
-                attempt("open", lambda: os.close(os.open("secret.txt", os.O_RDONLY, dir_fd=fd))),
-                attempt("create", lambda: os.close(os.open("planted.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))),
-                attempt("rename", lambda: os.rename("secret.txt", "moved.txt", src_dir_fd=fd, dst_dir_fd=fd)),
-            ]))
-        """
-        let paths = [mounted.container(SampleApps.photos) + "/Documents", second + "/" + SampleApps.photos + "/Documents",
-                     mounted.container() + "/Documents"].map(Shell.quote).joined(separator: " ")
-        try "secret\n".write(toFile: mounted.backing() + "/Documents/secret.txt", atomically: false, encoding: .utf8)
-        let result = Shell.run("""
-        python3 -c \(Shell.quote(server)) \(paths) > \(Shell.quote(mounted.root.path))/server.out &
-        while ! grep -q ready \(Shell.quote(mounted.root.path))/server.out 2>/dev/null; do sleep 0.05; done
-        \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.notes) -- python3 -c \(Shell.quote(client))
-        wait
-        """, limit: 60)
+        let result = attemptsThroughPassedDescriptors(as: SampleApps.notes, [
+            ("photos", mounted.container(SampleApps.photos) + "/Documents"),
+            ("photos (second mount)", second + "/" + SampleApps.photos + "/Documents"),
+            ("own", mounted.container() + "/Documents"),
+        ])
         XCTAssertEqual(result.status, 0, result.error)
         XCTAssertEqual(result.output, """
         photos: list Permission denied, open Permission denied, create Permission denied, rename Permission denied
@@ -104,6 +83,48 @@ final class IslandTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: mounted.container(SampleApps.photos) + "/Documents/secret.txt", encoding: .utf8),
                        "photos' secret\n")
         XCTAssertFalse(FileManager.default.fileExists(atPath: mounted.backing(SampleApps.photos) + "/Documents/planted.txt"))
+    }
+
+    /// A process outside hands `app`'s process directory descriptors over an abstract socket;
+    /// it lists each, and opens, creates and renames in it. One line per directory.
+    private func attemptsThroughPassedDescriptors(as app: String, _ directories: [(label: String, path: String)],
+                                                  place: String? = nil) -> Shell.Result {
+        let socket = "cfs-island-\(UUID().uuidString.prefix(8))"
+        let server = """
+        import array, os, socket, sys
+        s = socket.socket(socket.AF_UNIX); s.bind("\\0\(socket)"); s.listen(1)
+        print("ready", flush=True)
+        c, _ = s.accept()
+        fds = [os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.argv[1:]]
+        c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]); c.close()
+        """
+        let client = """
+        import array, os, socket, sys
+        s = socket.socket(socket.AF_UNIX); s.connect("\\0\(socket)")
+        _, ancillary, _, _ = s.recvmsg(1, socket.CMSG_LEN(64))
+        fds = array.array("i"); fds.frombytes(ancillary[0][2])
+        def attempt(what, call):
+            try: call(); return what + " ok"
+            except OSError as error: return what + " " + error.strerror
+        for fd, label in zip(fds, sys.argv[1:]):
+            print(label + ":", ", ".join([
+                attempt("list", lambda: os.listdir(fd)),
+                attempt("open", lambda: os.close(os.open("secret.txt", os.O_RDONLY, dir_fd=fd))),
+                attempt("create", lambda: os.close(os.open("planted.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))),
+                attempt("rename", lambda: os.rename("secret.txt", "moved.txt", src_dir_fd=fd, dst_dir_fd=fd)),
+            ]))
+        """
+        for directory in directories where !FileManager.default.fileExists(atPath: directory.path + "/secret.txt") {
+            try? "secret\n".write(toFile: directory.path + "/secret.txt", atomically: false, encoding: .utf8)
+        }
+        let paths = directories.map { Shell.quote($0.path) }.joined(separator: " ")
+        let labels = directories.map { Shell.quote($0.label) }.joined(separator: " ")
+        return Shell.run("""
+        python3 -c \(Shell.quote(server)) \(paths) > \(Shell.quote(mounted.root.path))/server.out &
+        while ! grep -q ready \(Shell.quote(mounted.root.path))/server.out 2>/dev/null; do sleep 0.05; done
+        \(binary) run \(Shell.quote(place ?? mounted.mountPoint)) \(app) -- python3 -c \(Shell.quote(client)) \(labels)
+        wait
+        """, limit: 60)
     }
 
     func testAChangedBundleDoesNotStart() throws {
@@ -143,5 +164,61 @@ final class IslandTests: XCTestCase {
         var attributes = stat()
         XCTAssertEqual(stat(mounted.backing() + "/Documents/mine.txt", &attributes), 0)
         XCTAssertEqual(attributes.st_uid, 4242)
+    }
+
+    func testAGroupContainerIsSharedByItsAppsAndClosedToOthers() {
+        let shared = "\"$CONTAINERFS_GROUP_CONTAINERS/\(IslandTests.group)\""
+        let written = run(SampleApps.notes, "echo from notes > \(shared)/note.txt; ls -A \(shared)")
+        XCTAssertEqual(written.status, 0, written.error)
+        XCTAssertEqual(written.output, "Library\nnote.txt\n")
+        let read = run(SampleApps.photos, "echo $CONTAINERFS_GROUP_CONTAINERS; cat \(shared)/note.txt; echo and photos >> \(shared)/note.txt")
+        XCTAssertEqual(read.status, 0, read.error)
+        XCTAssertEqual(read.output, "/var/mobile/Containers/Shared/AppGroup\nfrom notes\n")
+        XCTAssertEqual(try String(contentsOfFile: mounted.container(IslandTests.group) + "/note.txt", encoding: .utf8),
+                       "from notes\nand photos\n")
+        // Mail is told of no group, and the mount refuses it the group's container however it is named.
+        let outside = run(IslandTests.mail, "echo \"[$CONTAINERFS_GROUP_CONTAINERS]\"; ls /var/mobile/Containers 2>&1")
+        XCTAssertEqual(outside.output, "[]\nData\n")
+        let result = attemptsThroughPassedDescriptors(as: IslandTests.mail, [
+            ("group", mounted.container(IslandTests.group)),
+            ("own", mounted.container(IslandTests.mail) + "/Documents"),
+        ])
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(result.output, """
+        group: list Permission denied, open Permission denied, create Permission denied, rename Permission denied
+        own: list ok, open ok, create ok, rename ok
+
+        """)
+        // A member reaches it through a passed descriptor too.
+        let member = attemptsThroughPassedDescriptors(as: SampleApps.photos, [("group", mounted.container(IslandTests.group))])
+        XCTAssertEqual(member.output, "group: list ok, open ok, create ok, rename ok\n", member.error)
+    }
+
+    func testACoordinatedWriteInOneAppIsHeardByAPresenterInAnotherOfItsGroup() throws {
+        // The client programs reach the group through the mount, as the apps' own code would.
+        let group = mounted.container(IslandTests.group)
+        XCTAssertEqual(Shell.run("cp \(binary) \(Shell.quote(group))/containerfs && echo one > \(Shell.quote(group))/shared.txt").status, 0)
+        let shared = "$CONTAINERFS_GROUP_CONTAINERS/\(IslandTests.group)"
+        let events = mounted.root.path + "/events"
+        let result = Shell.run("""
+        \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.photos) -- sh -c 'exec "\(shared)/containerfs" watch "\(shared)/shared.txt"' >> \(Shell.quote(events)) &
+        watcher=$!
+        # Ready once it hears the owner's writes.
+        for i in $(seq 200); do grep -q . \(Shell.quote(events)) && break; echo one > \(Shell.quote(group))/shared.txt; sleep 0.05; done
+        sleep 0.2; heard=$(wc -l < \(Shell.quote(events)))
+        \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.notes) -- sh -c '"\(shared)/containerfs" coordinate --write "\(shared)/shared.txt" -- sh -c "echo two > \\"\(shared)/shared.txt\\""'
+        echo "notes: $?"
+        for i in $(seq 100); do tail -n +$((heard + 1)) \(Shell.quote(events)) | grep -q reacquire && break; sleep 0.05; done
+        kill $watcher; wait
+        tail -n +$((heard + 1)) \(Shell.quote(events))
+        """, limit: 60)
+        XCTAssertEqual(result.status, 0, result.error)
+        let path = "/var/mobile/Containers/Shared/AppGroup/\(IslandTests.group)/shared.txt"
+        let lines = result.output.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.first, "notes: 0", result.output)
+        XCTAssertEqual(lines.first { $0.hasPrefix("relinquish") }, "relinquishPresentedItemToWriter \(path)", result.output)
+        XCTAssertTrue(lines.contains("presentedItemDidChange \(path)"), result.output)
+        XCTAssertEqual(lines.last, "reacquirePresentedItem \(path)", result.output)
+        XCTAssertEqual(try String(contentsOfFile: group + "/shared.txt", encoding: .utf8), "two\n")
     }
 }

@@ -13,6 +13,53 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(Inbox.clashFreeName("odd.", attempt: 1), "odd.-1")
     }
 
+    func testAGroupsContainerIsMadeWithItsFirstAppAndGoesWithItsLast() throws {
+        let box = try Sandbox(self)
+        let group = AppID("group.com.example.shared")!
+        let bundle = try box.makeBundle()
+        try Installer.install(bundle: bundle, into: box.store, id: box.id, groups: [group])
+        let shared = box.store.containerPath(group)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: shared), ["Library"])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: shared + "/Library").sorted(),
+                       ["Application Support", "Caches", "Preferences"])
+        try box.write("shared.txt", "kept", under: shared)
+        let other = AppID("com.example.photos")!
+        try Installer.install(bundle: bundle, into: box.store, id: other, groups: [group])
+        // A reinstall without groups keeps them; a group's apps are its members.
+        try Installer.install(bundle: bundle, into: box.store, id: box.id)
+        XCTAssertEqual(try box.store.record(box.id).groupIDs, [group])
+        XCTAssertEqual(try box.store.members(of: group).map(\.id), [box.id.rawValue, other.rawValue])
+        XCTAssertEqual(box.store.groups(), [group])
+        XCTAssertTrue(StoreCheck.problems(in: box.store).isEmpty, "\(StoreCheck.problems(in: box.store))")
+
+        try Lifecycle.uninstall(store: box.store, id: other)
+        XCTAssertEqual(box.read(shared + "/shared.txt"), "kept")
+        try Lifecycle.uninstall(store: box.store, id: box.id)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shared))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: box.store.workPath), [])
+    }
+
+    func testGroupIdentifiersAreNotAppsAndAGroupIsNotUninstalledAlone() throws {
+        let box = try Sandbox(self)
+        let bundle = try box.makeBundle()
+        XCTAssertThrowsError(try Installer.install(bundle: bundle, into: box.store, id: AppID("group.notes")!)) {
+            XCTAssertTrue("\($0)".contains("name app groups"), "\($0)")
+        }
+        XCTAssertThrowsError(try Installer.install(bundle: bundle, into: box.store, id: box.id, groups: [AppID("com.example.shared")!])) {
+            XCTAssertTrue("\($0)".contains("start with group."), "\($0)")
+        }
+        XCTAssertFalse(box.store.isInstalled(box.id))
+        let group = AppID("group.com.example.shared")!
+        try Installer.install(bundle: bundle, into: box.store, id: box.id, groups: [group])
+        XCTAssertThrowsError(try Lifecycle.uninstall(store: box.store, id: group)) {
+            XCTAssertTrue("\($0)".contains("removed with the last of its apps (\(box.id))"), "\($0)")
+        }
+        // A group container no app belongs to is reported, never removed by a repair.
+        try FileManager.default.createDirectory(atPath: box.store.containerPath(AppID("group.orphan")!), withIntermediateDirectories: true)
+        let problems = StoreCheck.problems(in: box.store).map(\.description)
+        XCTAssertTrue(problems.contains { $0.hasPrefix("containers/group.orphan: a group container that no installed app belongs to") }, "\(problems)")
+    }
+
     func testDeliveringTheSameNameThreeTimes() throws {
         let box = try Sandbox(self)
         try box.install()

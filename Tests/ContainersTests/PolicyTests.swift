@@ -30,6 +30,25 @@ final class PolicyTests: XCTestCase {
         XCTAssertEqual(Zone.bundle.child(named: "Info.plist"), .bundle)
     }
 
+    func testAGroupContainerKeepsItsLibraryAndTakesFilesAtItsTop() {
+        XCTAssertEqual(Zone.mountRoot.child(named: "group.com.example.shared"), .groupRoot)
+        XCTAssertEqual(Zone.mountRoot.child(named: "group."), .containerRoot)
+        XCTAssertEqual(Zone.groupRoot.child(named: "Library"), .library)
+        XCTAssertEqual(Zone.groupRoot.child(named: "shared.sqlite"), .data)
+        XCTAssertEqual(Zone.groupRoot.child(named: "tmp"), .data)
+        XCTAssertEqual(Policy.create(in: .groupRoot), 0)
+        XCTAssertEqual(Policy.remove(.groupRoot), EACCES)
+        XCTAssertEqual(Policy.remove(.library), EACCES)
+        XCTAssertEqual(Policy.changeMetadata(.groupRoot), EACCES)
+        XCTAssertEqual(Policy.rename(.data, to: .data, in: .groupRoot, replacing: false), 0)
+        XCTAssertEqual(Policy.rename(.library, to: .data, in: .groupRoot, replacing: false), EACCES)
+        XCTAssertEqual(Policy.rename(.data, to: .library, in: .groupRoot, replacing: true), EACCES)
+        XCTAssertEqual(Policy.visibleMode(0o040755, of: .groupRoot, isDirectory: true), 0o040755)
+        XCTAssertTrue(AppID("group.com.example.shared")!.isGroup)
+        XCTAssertFalse(AppID("group.")!.isGroup)
+        XCTAssertFalse(AppID("com.example.group")!.isGroup)
+    }
+
     func testPolicyTable() {
         XCTAssertEqual(Policy.create(in: .mountRoot), EACCES)
         XCTAssertEqual(Policy.create(in: .containerRoot), EACCES)

@@ -16,7 +16,9 @@ struct RunCommand: ParsableCommand {
         STORE_OR_MOUNT is the mount point of a mounted store, or a store that is mounted (the whole
         store, or the app alone). The program sees the app's data container as HOME (Documents,
         Library and tmp; TMPDIR and /tmp are its tmp), its bundle read-only at CONTAINERFS_BUNDLE,
-        the system's files read-only, and nothing else: no other app, no user's home. The mount
+        its groups' shared containers in CONTAINERFS_GROUP_CONTAINERS (an app in a group needs a
+        mount of the whole store), the system's files read-only, and nothing else: no other app,
+        no user's home. The mount
         refuses its processes every other container, however they name it. An app whose bundle
         changed since it was sealed does not start. tmp is emptied when the app's last sandbox
         exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where the kernel allows
@@ -35,7 +37,11 @@ struct RunCommand: ParsableCommand {
 
     func run() throws {
         let app = AppID(id)!
-        let (store, container) = try locate(app)
+        let (store, container, storeMount) = try locate(app)
+        let groups = try store.record(app).groupIDs
+        if !groups.isEmpty, storeMount == nil {
+            throw ContainerError("\(app) belongs to \(groups.map(\.rawValue).joined(separator: ", ")), whose shared containers only a mount of the whole store shows: mount \(store.root) without -o app=, and run it there.")
+        }
         let report = try Seal.check(store: store, id: app)
         guard report.isIntact else {
             for finding in report.findings { printError("\(app): \(report.bundleName)/\(finding)") }
@@ -45,19 +51,22 @@ struct RunCommand: ParsableCommand {
         guard let bwrap = Sandbox.bubblewrap() else {
             throw ContainerError("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or scripts/setup.sh.")
         }
-        let sandbox = Sandbox(app: app, container: container, bundleName: report.bundleName)
+        let sandbox = Sandbox(app: app, container: container, bundleName: report.bundleName,
+                              groups: groups.map { ($0, storeMount! + "/" + $0.rawValue) })
         let status = try sandbox.run(bwrap: bwrap, command: command, store: store)
         throw ExitCode(status)
     }
 
-    /// The store and the app's data container as the mount shows it.
-    private func locate(_ app: AppID) throws -> (Store, String) {
+    /// The store, the app's data container as the mount shows it, and the mount point if the
+    /// mount shows the whole store.
+    private func locate(_ app: AppID) throws -> (Store, String, String?) {
         let path = Store.absolute(place)
         if let store = try? Store.open(path) {
             guard let mount = MountRegistry.active(in: store).first(where: { $0.covers(app) && $0.root == nil }) else {
                 throw ContainerError("\(store.root) is not mounted. Mount it first: containerfs mount \(store.root) MOUNTPOINT")
             }
-            return (store, mount.app == nil ? mount.mountPoint + "/" + app.rawValue : mount.mountPoint)
+            return (store, mount.app == nil ? mount.mountPoint + "/" + app.rawValue : mount.mountPoint,
+                    mount.app == nil ? mount.mountPoint : nil)
         }
         // A mount point: the store is the source the mount table shows (STORE or STORE:ID).
         guard let source = Sandbox.mountSource(of: path) else {
@@ -70,7 +79,7 @@ struct RunCommand: ParsableCommand {
         guard mount.root == nil, mount.covers(app) else {
             throw ContainerError("\(place) does not show \(app)'s container; give a mount of the whole store or of \(app).")
         }
-        return (store, mount.app == nil ? path + "/" + app.rawValue : path)
+        return (store, mount.app == nil ? path + "/" + app.rawValue : path, mount.app == nil ? path : nil)
     }
 }
 
@@ -81,10 +90,13 @@ struct Sandbox {
     /// The data container through the mount.
     let container: String
     let bundleName: String
+    /// The app's groups, each with its shared container through the mount.
+    let groups: [(id: AppID, container: String)]
 
     /// Where the program finds things, as on iOS.
     var home: String { "/var/mobile/Containers/Data/Application/" + app.rawValue }
     var bundle: String { "/var/containers/Bundle/Application/" + app.rawValue + "/" + bundleName }
+    static let groupContainers = "/var/mobile/Containers/Shared/AppGroup"
 
     static func bubblewrap() -> String? {
         for directory in ["/usr/bin", "/bin", "/usr/local/bin"] where access(directory + "/bwrap", X_OK) == 0 {
@@ -151,11 +163,15 @@ struct Sandbox {
             arguments += ["--bind", container + "/" + name, home + "/" + name]
         }
         arguments += ["--bind", container + "/tmp", "/tmp", "--ro-bind", container + "/" + bundleName, bundle]
+        for group in groups {
+            arguments += ["--bind", group.container, Sandbox.groupContainers + "/" + group.id.rawValue]
+        }
         // Presenters and coordinators inside reach the daemon; it scopes them to the app.
         if let controlSocket { arguments += ["--bind", controlSocket, controlSocket] }
         arguments += ["--clearenv", "--setenv", "HOME", home, "--setenv", "TMPDIR", home + "/tmp",
                       "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
                       "--setenv", AppContainer.appIDVariable, app.rawValue, "--setenv", AppContainer.bundleVariable, bundle]
+        if !groups.isEmpty { arguments += ["--setenv", AppContainer.groupContainersVariable, Sandbox.groupContainers] }
         for name in ["LANG", "LC_ALL", "TERM"] {
             if let value = ProcessInfo.processInfo.environment[name] { arguments += ["--setenv", name, value] }
         }
