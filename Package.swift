@@ -46,7 +46,7 @@ let package = Package(
             ]
         ),
         // The client library for coordination-aware programs.
-        .target(name: "FileCoordination", dependencies: ["Coordination"]),
+        .target(name: "FileCoordination", dependencies: ["Coordination", "Containers"]),
         .target(name: "NSFileCoordination", dependencies: ["FileCoordination"]),
         .executableTarget(
             name: "containerfs",
@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
         // Apple's documented pattern, compiled as written for Apple's systems plus one import.
         .testTarget(name: "NSFileCoordinationTests", dependencies: ["NSFileCoordination"]),
-        .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs"]),
+        .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs", "FileCoordination"]),
     ],
     swiftLanguageModes: [.v6]
 )

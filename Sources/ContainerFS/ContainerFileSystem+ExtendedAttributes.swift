@@ -48,6 +48,8 @@ extension ContainerFileSystem {
     /// Reading it makes the daemon read the store's running-app records at once; its value is how
     /// many sandboxes run. `containerfs run` reads it before its program starts (docs/island.md).
     public static let runningAppsAttribute = "user.containerfs.running-apps"
+    /// Where a file's previous versions are kept, when the mount keeps them (docs/versions.md).
+    public static let versionsAttribute = "user.containerfs.versions"
 
     /// Attributes a container does not carry: SELinux labels and POSIX ACLs (mode bits, shown as
     /// policy enforces them, are the only permissions). Saying so, rather than "no data", lets tools
@@ -64,6 +66,10 @@ extension ContainerFileSystem {
         if strcmp(name, ContainerFileSystem.pathAttribute) == 0 { return nodes.itemPath(of: node).bytes }
         if strcmp(name, ContainerFileSystem.runningAppsAttribute) == 0, let islands {
             return Array(String(islands.reload()).utf8)
+        }
+        if strcmp(name, ContainerFileSystem.versionsAttribute) == 0, node.isRegularFile,
+           let directory = shadows.versions?.directory(of: node, in: nodes) {
+            return Array(directory.utf8)
         }
         return nil
     }

@@ -48,14 +48,14 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// zone is `.mountRoot` (a whole store) or `.containerRoot` (one app).
     /// `shadowDirectory` is an open directory in the store's work space, on the store's filesystem.
     public init(rootDescriptor: Int32, rootZone: Zone, rootApp: AppID?, seals: [SealReport],
-                coordination: MountCoordination, shadowDirectory: Int32,
+                coordination: MountCoordination, shadowDirectory: Int32, versions: VersionKeeper? = nil,
                 timeouts: CacheTimeouts = CacheTimeouts()) throws {
         let (attributes, error) = Backing.attributes(of: rootDescriptor)
         guard error == 0 else { throw FuseError("cannot read the store's root: \(String(cString: strerror(error)))") }
         nodes = NodeTable(root: Node(descriptor: rootDescriptor, attributes: attributes, exposedInode: UInt64(attributes.st_ino),
                                      zone: rootZone, parent: nil, name: []))
         self.coordination = coordination
-        shadows = Shadows(directory: shadowDirectory)
+        shadows = Shadows(directory: shadowDirectory, versions: versions)
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
         rootAppName = rootApp.map { Array($0.rawValue.utf8) }

@@ -31,6 +31,8 @@ public struct MountConfiguration {
     /// Let the kernel read unchanging files itself (FUSE passthrough), where it and the daemon's
     /// privileges allow.
     public var passthrough = true
+    /// How many previous versions of each file are kept, and for how long (docs/versions.md).
+    public var versionLimits = VersionLimits()
 
     public init(store: Store, app: AppID?, mountPoint: String) {
         self.store = store
@@ -107,7 +109,11 @@ public enum Daemon {
                                                  rootZone: rootZone,
                                                  rootApp: configuration.app,
                                                  seals: checkSeals(apps, of: store, logger: logger),
-                                                 coordination: coordination, shadowDirectory: shadowDirectory)
+                                                 coordination: coordination, shadowDirectory: shadowDirectory,
+                                                 versions: configuration.versionLimits.count == 0 ? nil
+                                                     : VersionKeeper(store: store, limits: configuration.versionLimits,
+                                                                     rootApp: configuration.app?.rawValue,
+                                                                     rootDirectory: configuration.directory))
 
         fileSystem.controlSocketPath = Array(socketPath.utf8)
         fileSystem.islands = Islands(store: store)

@@ -50,8 +50,12 @@ final class Shadows: @unchecked Sendable {
     private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
     private static let sparesKept = 4
 
-    init(directory: Int32) {
+    /// Where previous versions go instead of being removed; nil keeps none.
+    let versions: VersionKeeper?
+
+    init(directory: Int32, versions: VersionKeeper? = nil) {
         self.directory = directory
+        self.versions = versions
     }
 
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
@@ -281,9 +285,13 @@ final class Shadows: @unchecked Sendable {
         case .failed(let error): return error
         }
         if exchanged {
-            // The shadow's name now leads to the previous version.
+            // The shadow's name now leads to the previous version: kept as a version, or removed.
             let name = session.shadowName
-            remover.async { [directory] in _ = unlinkat(directory, name, 0) }
+            let place = versions?.place(of: node, in: nodes)
+            remover.async { [directory, versions] in
+                if let place, let versions, versions.keep(name, in: directory, at: place) { return }
+                unlinkat(directory, name, 0)
+            }
         }
         session.shadowName = []
         // The rename is durable once the directory is: fsync promised the file's new content.

@@ -25,9 +25,11 @@ public enum Lifecycle {
         }
         try discard(store.recordDirectory(id), as: "record")
         try discard(store.containerPath(id), as: "container")
+        try discard(VersionStore(store: store).root + "/" + id.rawValue, as: "versions")
         // Asked once the record is gone, so that the app no longer counts as a member.
         for group in groups where try store.members(of: group).isEmpty {
             try discard(store.containerPath(group), as: group.rawValue)
+            try discard(VersionStore(store: store).root + "/" + group.rawValue, as: group.rawValue + ".versions")
         }
         try FileTree.remove(trash)
     }

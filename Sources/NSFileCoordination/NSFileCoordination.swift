@@ -6,3 +6,4 @@
 public typealias NSFileCoordinator = FileCoordinator
 public typealias NSFilePresenter = FilePresenter
 public typealias NSFileAccessIntent = FileAccessIntent
+public typealias NSFileVersion = FileVersion

@@ -15,6 +15,8 @@ struct ContainerFSCommand: ParsableCommand {
             List.self,
             Mount.self,
             RunCommand.self,
+            VersionsCommand.self,
+            RestoreVersionCommand.self,
             Unmount.self,
             VerifyCommand.self,
             CheckCommand.self,

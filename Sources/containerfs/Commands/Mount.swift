@@ -15,7 +15,10 @@ struct Mount: ParsableCommand {
         store=PATH (the store, when the first argument is to be only the name the mount table shows), and
         purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
         below SIZE; checked every purge_interval=SECONDS, default 5), and presenter_timeout=SECONDS
-        (how long a presenter may take to answer, default 2). The options
+        (how long a presenter may take to answer, default 2). Previous versions of files in
+        Documents and Library: versions=N per file (default 10; 0 keeps none), version_age=DAYS
+        (default 30), version_space=SIZE for all together (default 1G), version_floor=SIZE (none is
+        kept while the store has less free space; default a tenth of its filesystem). The options
         mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, user, _netdev, x-systemd.*) are ignored.
         """
     )
@@ -74,6 +77,7 @@ struct Mount: ParsableCommand {
         configuration.purgeThreshold = parsed.purgeBelow
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
+        configuration.versionLimits = parsed.versionLimits
         try Daemon.run(configuration, logger: Logger(label: "containerfs"))
     }
 }
@@ -87,6 +91,7 @@ struct MountOptions {
     var purgeInterval: Double?
     var presenterTimeout: Double?
     var passthrough = true
+    var versionLimits = VersionLimits()
     var fuseOptions: [String] = []
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE daemon, or that it leaves out: a
@@ -97,6 +102,16 @@ struct MountOptions {
                                        "_netdev", "dev", "suid", "exec", "async", "relatime", "norelatime",
                                        "diratime", "nodiratime", "strictatime", "nostrictatime", "lazytime",
                                        "nolazytime", "iversion", "noiversion", "silent", "loud"]
+
+    /// `NAME=SIZE` for one of `names`, or nil for another option.
+    private static func size(_ option: String, _ names: [String]) throws -> (String, UInt64)? {
+        guard let name = names.first(where: { option.hasPrefix($0 + "=") }) else { return nil }
+        let text = String(option.dropFirst(name.count + 1))
+        guard let bytes = ByteCount.parse(text) else {
+            throw ValidationError("\(name) takes a size such as 500M or 2G, not '\(text)'.")
+        }
+        return (name, bytes)
+    }
 
     init(_ groups: [String]) throws {
         for option in groups.flatMap({ $0.split(separator: ",").map(String.init) }) where !option.isEmpty {
@@ -110,10 +125,7 @@ struct MountOptions {
                 root = names
             } else if option.hasPrefix("store=") {
                 store = String(option.dropFirst(6))
-            } else if option.hasPrefix("purge_below=") {
-                guard let bytes = ByteCount.parse(String(option.dropFirst(12))) else {
-                    throw ValidationError("purge_below takes a size such as 500M or 2G, not '\(option.dropFirst(12))'.")
-                }
+            } else if let (_, bytes) = try MountOptions.size(option, ["purge_below"]) {
                 purgeBelow = bytes
             } else if option.hasPrefix("presenter_timeout=") {
                 guard let seconds = Double(option.dropFirst(18)), seconds > 0 else {
@@ -125,6 +137,18 @@ struct MountOptions {
                     throw ValidationError("purge_interval takes a number of seconds, such as 5.")
                 }
                 purgeInterval = seconds
+            } else if option.hasPrefix("versions=") {
+                guard let count = Int(option.dropFirst(9)), count >= 0 else {
+                    throw ValidationError("versions takes how many previous versions of a file to keep, such as 10 (0 keeps none).")
+                }
+                versionLimits.count = count
+            } else if option.hasPrefix("version_age=") {
+                guard let days = Double(option.dropFirst(12)), days > 0 else {
+                    throw ValidationError("version_age takes a number of days, such as 30.")
+                }
+                versionLimits.age = days * 86_400
+            } else if let (name, size) = try MountOptions.size(option, ["version_space", "version_floor"]) {
+                if name == "version_space" { versionLimits.space = size } else { versionLimits.floor = size }
             } else if option == "no_passthrough" {
                 passthrough = false
             } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {

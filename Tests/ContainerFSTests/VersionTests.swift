@@ -1,0 +1,155 @@
+import Containers
+import FileCoordination
+import Foundation
+import XCTest
+
+/// Previous versions (docs/versions.md): what rewrites and editors' saves leave, listed and put back
+/// with `containerfs versions` and `containerfs restore-version`, within the mount's limits.
+final class VersionTests: MountedTestCase {
+    private let binary = Shell.quote(MountedStore.executable)
+
+    /// The contents of the file's versions, oldest first, as `containerfs versions` lists them.
+    private func versions(_ file: String, line: UInt = #line) -> [String] {
+        let listed = Shell.run("\(binary) versions \(Shell.quote(file))")
+        XCTAssertEqual(listed.status, 0, listed.error, line: line)
+        return listed.output.split(separator: "\n").map { entry in
+            let path = String(entry.split(separator: "\t").last ?? "")
+            return (try? String(contentsOfFile: path, encoding: .utf8)) ?? "unreadable \(path)"
+        }
+    }
+
+    private func identifiers(_ file: String) -> [String] {
+        Shell.run("\(binary) versions \(Shell.quote(file))").output.split(separator: "\n").map { String($0.prefix { $0 != "\t" }) }
+    }
+
+    /// Versions are moved aside after the writer's close, off its path: wait for them.
+    private func waitForVersions(_ file: String, count: Int) {
+        let deadline = Date().addingTimeInterval(10)
+        while identifiers(file).count < count, Date() < deadline { usleep(20_000) }
+    }
+
+    func testRewritesAndEditorsSavesLeaveVersionsThatArePutBack() {
+        // The edits do on the mount what they do on a plain directory.
+        everywhere("""
+        echo one > note.txt; echo two > note.txt; sed -i s/two/three/ note.txt
+        vi -es -c 's/three/four/' -c wq note.txt; cat note.txt
+        """, expected: "four\n")
+        let file = home + "/Documents/note.txt"
+        sh("echo one > Documents/note.txt; echo two > Documents/note.txt; sed -i s/two/three/ Documents/note.txt; vi -es -c 's/three/four/' -c wq Documents/note.txt")
+        waitForVersions(file, count: 3)
+        XCTAssertEqual(versions(file), ["one\n", "two\n", "three\n"])
+
+        let first = identifiers(file)[0]
+        let restored = Shell.run("\(binary) restore-version \(Shell.quote(file)) \(first)")
+        XCTAssertEqual(restored.status, 0, restored.error)
+        XCTAssertEqual(sh("cat Documents/note.txt"), "one\n")
+        // What it replaced is a version in turn.
+        waitForVersions(file, count: 4)
+        XCTAssertEqual(versions(file), ["one\n", "two\n", "three\n", "four\n"])
+
+        let removed = Shell.run("\(binary) versions \(Shell.quote(file)) --remove all")
+        XCTAssertEqual(removed.output, "Removed 4 versions of \(file).\n", removed.error)
+        XCTAssertEqual(versions(file), [])
+        let unknown = Shell.run("\(binary) restore-version \(Shell.quote(file)) \(first)")
+        XCTAssertNotEqual(unknown.status, 0)
+        XCTAssertTrue(unknown.error.contains("has no version \(first)"), unknown.error)
+    }
+
+    func testOnlyDocumentsAndLibraryKeepVersionsAndBackupsLeaveThemOut() throws {
+        sh("""
+        mkdir -p Library/Caches/c; for n in 1 2; do echo $n > Library/Caches/c/x; echo $n > tmp/t; echo marker-$n > 'Library/Application Support/db'; done
+        """)
+        for file in ["Library/Caches/c/x", "tmp/t"] {
+            let listed = Shell.run("\(binary) versions \(Shell.quote(home + "/" + file))")
+            XCTAssertNotEqual(listed.status, 0, file)
+            XCTAssertTrue(listed.error.contains("no versions are kept for it"), listed.error)
+        }
+        waitForVersions(home + "/Library/Application Support/db", count: 1)
+        XCTAssertEqual(versions(home + "/Library/Application Support/db"), ["marker-1\n"])
+        let archive = mounted.root.appendingPathComponent("backup.tar").path
+        XCTAssertEqual(Shell.run("\(binary) backup \(Shell.quote(mounted.store.root)) \(SampleApps.notes) \(Shell.quote(archive))").status, 0)
+        // The archive has the file as it is now, and not its previous version.
+        XCTAssertEqual(Shell.run("grep -a -c marker-2 \(Shell.quote(archive)); grep -a -c marker-1 \(Shell.quote(archive))").output, "1\n0\n")
+    }
+
+    func testTheLimitsTheMountIsGiven() throws {
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "versions=2"])
+        let file = home + "/Documents/counted.txt"
+        sh("for n in 1 2 3 4 5; do echo $n > Documents/counted.txt; done")
+        waitForVersions(file, count: 2)
+        usleep(300_000)
+        XCTAssertEqual(versions(file), ["3\n", "4\n"])
+
+        // Below the free-space floor, none is kept.
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "version_floor=1000000T"])
+        sh("echo a > Documents/floor.txt; echo b > Documents/floor.txt; sed -i s/b/c/ Documents/floor.txt")
+        usleep(500_000)
+        XCTAssertEqual(versions(home + "/Documents/floor.txt"), [])
+
+        // versions=0 keeps none, and says so.
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "versions=0"])
+        sh("echo a > Documents/none.txt; echo b > Documents/none.txt")
+        let listed = Shell.run("\(binary) versions \(Shell.quote(home + "/Documents/none.txt"))")
+        XCTAssertTrue(listed.error.contains("no versions are kept for it"), listed.error)
+        let bad = Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) /nonexistent -o versions=-1")
+        XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
+    }
+
+    func testVersionsGoWithTheirApp() throws {
+        sh("echo a > Documents/gone.txt; echo b > Documents/gone.txt")
+        waitForVersions(home + "/Documents/gone.txt", count: 1)
+        let versions = VersionStore(store: mounted.store).root + "/" + SampleApps.notes
+        XCTAssertTrue(FileManager.default.fileExists(atPath: versions))
+        // (`containerfs uninstall` refuses while the store is mounted; the library leaves that to it.)
+        try Lifecycle.uninstall(store: mounted.store, id: AppID(SampleApps.notes)!)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: versions))
+    }
+
+    func testTheClientLibrarysVersionsAreApplesNSFileVersion() throws {
+        let url = URL(fileURLWithPath: home + "/Documents/report.txt")
+        XCTAssertNil(FileVersion.otherVersionsOfItem(at: url), "no item, no versions")
+        sh("echo draft > Documents/report.txt; echo final > Documents/report.txt")
+        waitForVersions(url.path, count: 1)
+        let current = try XCTUnwrap(FileVersion.currentVersionOfItem(at: url))
+        XCTAssertEqual(current.url, url)
+        let others = try XCTUnwrap(FileVersion.otherVersionsOfItem(at: url))
+        XCTAssertEqual(others.count, 1)
+        let draft = others[0]
+        XCTAssertEqual(try String(contentsOf: draft.url, encoding: .utf8), "draft\n")
+        XCTAssertEqual(FileVersion.version(itemAt: url, forPersistentIdentifier: draft.persistentIdentifier), draft)
+        XCTAssertFalse(draft.isConflict)
+        XCTAssertEqual(FileVersion.unresolvedConflictVersionsOfItem(at: url), [])
+        // Put back by moving: the version is gone, and what it replaced is one now.
+        XCTAssertEqual(try draft.replaceItem(at: url, options: .byMoving), url)
+        XCTAssertEqual(try String(contentsOf: url, encoding: .utf8), "draft\n")
+        waitForVersions(url.path, count: 1)
+        XCTAssertEqual(versions(url.path), ["final\n"])
+        XCTAssertThrowsError(try current.remove(), "the current version is not removed this way")
+        try FileVersion.removeOtherVersionsOfItem(at: url)
+        XCTAssertEqual(FileVersion.otherVersionsOfItem(at: url), [])
+    }
+
+    func testVersionsAreTheStoreOwnersAndNoOneElses() throws {
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "allow_other"])
+        let owner = "setpriv --reuid=4242 --regid=4242 --clear-groups", other = "setpriv --reuid=4243 --regid=4243 --clear-groups"
+        let prepared = Shell.run("chown -R 4242:4242 \(Shell.quote(mounted.store.root)) && chmod 755 \(Shell.quote(mounted.root.path))")
+        XCTAssertEqual(prepared.status, 0, prepared.error)
+        let documents = Shell.quote(home + "/Documents")
+        XCTAssertEqual(Shell.run("\(owner) sh -c 'echo a > \(documents)/mine.txt; echo b > \(documents)/mine.txt; mkdir -m 777 \(documents)/shared'").status, 0)
+        XCTAssertEqual(Shell.run("\(other) sh -c 'echo a > \(documents)/shared/theirs.txt; echo b > \(documents)/shared/theirs.txt'").status, 0)
+        waitForVersions(home + "/Documents/mine.txt", count: 1)
+        // The daemon runs as root; what it made in the store is the owner's, who lists and removes.
+        let listed = Shell.run("\(owner) \(binary) versions \(documents)/mine.txt --remove all")
+        XCTAssertEqual(listed.output, "Removed 1 version of \(home)/Documents/mine.txt.\n", listed.error)
+        // Another user's versions are in the store too, out of that user's reach; the owner reads them.
+        let refused = Shell.run("\(other) \(binary) versions \(documents)/shared/theirs.txt")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.error.contains("which only the store's owner may read"), refused.error)
+        waitForVersions(home + "/Documents/shared/theirs.txt", count: 1)
+        XCTAssertEqual(versions(home + "/Documents/shared/theirs.txt"), ["a\n"])
+    }
+}

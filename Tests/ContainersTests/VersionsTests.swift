@@ -1,0 +1,60 @@
+import Foundation
+import XCTest
+@testable import Containers
+
+/// The versions store's layout, and which versions the limits let go, without a mount.
+final class VersionsTests: XCTestCase {
+    private func version(_ directory: String, _ seconds: Double, bytes: UInt64 = 4096) -> FileVersionRecord {
+        FileVersionRecord(name: "v-\(UInt64(seconds * 1e9))", directory: directory, replacedAt: Date(timeIntervalSince1970: seconds),
+                          modifiedAt: Date(timeIntervalSince1970: seconds), size: bytes, allocatedBytes: bytes)
+    }
+
+    func testEachFileKeepsItsCountAndOldVersionsAgeOut() {
+        var limits = VersionLimits()
+        limits.count = 2
+        limits.age = 100
+        var retention = VersionRetention(limits: limits, existing: [version("a", 10), version("b", 500)])
+        XCTAssertEqual(retention.kept(version("a", 520), now: Date(timeIntervalSince1970: 530)).map(\.name), [version("a", 10).name])
+        XCTAssertEqual(retention.kept(version("a", 540), now: Date(timeIntervalSince1970: 550)).map(\.name), [])
+        // A third of a's goes; b's is 101 s old by now.
+        XCTAssertEqual(Set(retention.kept(version("a", 600), now: Date(timeIntervalSince1970: 601)).map(\.name)),
+                       [version("a", 520).name, version("b", 500).name])
+        XCTAssertEqual(retention.count, 2)
+    }
+
+    func testTheOldestGoWhenAllTogetherTakeTooMuchSpace() {
+        var limits = VersionLimits()
+        limits.space = 10_000
+        var retention = VersionRetention(limits: limits, existing: [version("a", 1), version("b", 2)])
+        XCTAssertEqual(retention.kept(version("c", 3), now: Date(timeIntervalSince1970: 4)).map(\.name), [version("a", 1).name])
+        // Room asked for, below the free-space floor: the oldest first, until it is gained.
+        XCTAssertEqual(retention.freeSpace(needed: 5000).map(\.name), [version("b", 2).name, version("c", 3).name])
+        XCTAssertEqual(retention.count, 0)
+        // Versions removed by someone else are forgotten, and free nothing twice.
+        retention = VersionRetention(limits: limits, existing: [version("a", 1), version("b", 2)])
+        retention.forget([version("a", 1)])
+        XCTAssertEqual(retention.freeSpace(needed: 1).map(\.name), [version("b", 2).name])
+    }
+
+    func testTheStoreListsAFilesVersionsOldestFirstAndTidiesUp() throws {
+        let box = try Sandbox(self)
+        let versions = VersionStore(store: box.store)
+        let directory = try versions.prepare(container: "com.example.notes", path: "Documents/a b/note.txt")
+        XCTAssertEqual(directory, versions.directory(container: "com.example.notes", path: "Documents/a b/note.txt"))
+        XCTAssertNotEqual(directory, versions.directory(container: "com.example.notes", path: "Documents/a b/other.txt"))
+        XCTAssertEqual(box.read(directory + "/path"), "Documents/a b/note.txt\n")
+        var attributes = stat()
+        XCTAssertEqual(stat(versions.root, &attributes), 0)
+        XCTAssertEqual(attributes.st_mode & 0o777, 0o700, "versions hold what their files held: the store's owner's only")
+        // Nine and ten digits of seconds: by number, not by name.
+        for (seconds, text) in [(1_000_000_000.5, "second"), (999_999_999.0, "first")] {
+            let name = VersionStore.newName(in: directory, at: Date(timeIntervalSince1970: seconds))
+            try box.write(name, text, under: directory)
+        }
+        let listed = VersionStore.versions(in: directory)
+        XCTAssertEqual(listed.map { box.read($0.path) }, ["first", "second"])
+        XCTAssertEqual(versions.allVersions().count, 2)
+        for version in listed { try VersionStore.remove(version) }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory))
+    }
+}
