@@ -9,21 +9,22 @@ import Synchronization
 /// directory (docs/versions.md), within the mount's limits: the file a publish swaps out, and the
 /// file an editor's save renames a new one over.
 public final class VersionKeeper: @unchecked Sendable {
-    /// Where a file's versions go: its container, and its path in it.
-    struct Place {
-        var container: String
-        var path: String
-    }
-
     private let store: VersionStore
     let limits: VersionLimits
     /// The container of the mount's root, when one app is mounted alone, and the directory the
     /// root is in it (`root=DIR`).
     private let rootContainer: String?
     private let rootDirectory: [String]
-    /// Loaded from the store when the first version is kept.
-    private let retention = Mutex<VersionRetention?>(nil)
-    /// Removes what the limits no longer allow, off the requests' threads.
+
+    private struct State {
+        /// Loaded from the store when the first version is kept.
+        var retention: VersionRetention?
+        /// Versions directories known to exist: a keep then makes none.
+        var prepared: Set<String> = []
+    }
+    private let state = Mutex(State())
+    /// Moves versions aside and removes what the limits no longer allow, off the requests' threads,
+    /// one at a time (a directory is never removed while a version goes into it).
     private let queue = DispatchQueue(label: "containerfs.versions", qos: .utility)
 
     public init(store: Store, limits: VersionLimits, rootApp: String?, rootDirectory: [String]) {
@@ -35,45 +36,62 @@ public final class VersionKeeper: @unchecked Sendable {
 
     /// Where `node`'s versions go, if they are kept: files in Documents and Library (not Caches,
     /// tmp or the Inbox). Asked when it is replaced, since a later rename changes it.
-    func place(of node: Node, in nodes: NodeTable) -> Place? {
+    func place(of node: Node, in nodes: NodeTable) -> ItemPath? {
         guard limits.count > 0, node.zone == .data else { return nil }
-        return place(nodes.itemPath(of: node))
+        return nodes.itemPath(of: node)
     }
 
     /// Where the versions of the item `name` in `parent` go, if they are kept.
-    func place(ofName name: [UInt8], in parent: Node, nodes: NodeTable) -> Place? {
+    func place(ofName name: [UInt8], in parent: Node, nodes: NodeTable) -> ItemPath? {
         guard limits.count > 0, name.withUnsafeBytes({ parent.zone.child(named: $0) }) == .data else { return nil }
-        return place(nodes.itemPath(of: parent, appending: name))
+        return nodes.itemPath(of: parent, appending: name)
     }
 
-    private func place(_ itemPath: ItemPath) -> Place? {
+    /// The container and the path in it of an item at `itemPath` from the mount's root.
+    private func split(_ itemPath: ItemPath) -> (container: String, path: String)? {
         var names = itemPath.components.map { String(decoding: $0.bytes, as: UTF8.self) }
-        if let rootContainer { return Place(container: rootContainer, path: (rootDirectory + names).joined(separator: "/")) }
+        if let rootContainer { return (rootContainer, (rootDirectory + names).joined(separator: "/")) }
         guard names.count > 1 else { return nil }
         let container = names.removeFirst()
-        return Place(container: container, path: names.joined(separator: "/"))
+        return (container, names.joined(separator: "/"))
     }
 
     /// The directory that holds (or will hold) `node`'s versions.
     func directory(of node: Node, in nodes: NodeTable) -> String? {
-        place(of: node, in: nodes).map { store.directory(container: $0.container, path: $0.path) }
+        place(of: node, in: nodes).flatMap(split).map { store.directory(container: $0.container, path: $0.path) }
     }
 
-    /// Moves the previous version named `name` in `directory` (the shadows') into the file's
-    /// versions. False if it was not kept (the store is below its free-space floor, or a call
-    /// failed): the caller removes it.
-    func keep(_ name: [CChar], in directory: Int32, at place: Place) -> Bool {
-        guard let destination = prepare(place, onFilesystemOf: directory) else { return false }
-        guard renameat(directory, name, AT_FDCWD, destination) == 0 else { return false }
-        retain(destination)
-        return true
+    /// Moves the previous version named `name` in `directory` (the shadows') into the versions of
+    /// the item at `place`, after the writer's close; removes it instead when none may be kept (the
+    /// store is below its free-space floor) or a call fails.
+    /// An empty file is not kept: there is nothing to put back (an editor that truncates before it
+    /// writes publishes one for a moment).
+    func keep(_ name: [CChar], in directory: Int32, at place: ItemPath) {
+        let replaced = Date()
+        queue.async { [self] in
+            var attributes = stat()
+            if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0,
+               let destination = prepare(place, onFilesystemOf: directory, replacedAt: replaced) {
+                // Linked, then unlinked from the shadows: a rename out of their directory would
+                // take the lock of two directories, and contend with every publish's.
+                if linkat(directory, name, AT_FDCWD, destination, 0) == 0 {
+                    unlinkat(directory, name, 0)
+                    return retain(destination)
+                }
+                forgetPrepared(destination)
+            }
+            unlinkat(directory, name, 0)
+        }
     }
 
     /// Before an editor's save renames a file over `name` in `parent`, links the file it replaces
     /// into its versions. Returns the version's path, to remove if the rename fails.
-    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: Place) -> String? {
-        guard let destination = prepare(place, onFilesystemOf: parent) else { return nil }
-        guard linkat(parent, name, AT_FDCWD, destination, 0) == 0 else { return nil }
+    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: ItemPath) -> String? {
+        guard let destination = prepare(place, onFilesystemOf: parent, replacedAt: Date()) else { return nil }
+        guard linkat(parent, name, AT_FDCWD, destination, 0) == 0 else {
+            forgetPrepared(destination)
+            return nil
+        }
         return destination
     }
 
@@ -82,44 +100,66 @@ public final class VersionKeeper: @unchecked Sendable {
         queue.async { self.retain(version) }
     }
 
+    /// Waits for the versions being moved aside (at unmount: a later mount would remove them).
+    func finish() {
+        queue.sync {}
+    }
+
     /// The save failed: the file is still in place, and needs no version.
     func notReplaced(_ version: String) {
         unlink(version)
     }
 
-    /// A new version's path in the place's versions directory, or nil when none may be kept now.
-    private func prepare(_ place: Place, onFilesystemOf directory: Int32) -> String? {
+    /// A new version's path in the item's versions directory, or nil when none may be kept now.
+    private func prepare(_ place: ItemPath, onFilesystemOf directory: Int32, replacedAt: Date) -> String? {
+        guard let (container, path) = split(place) else { return nil }
         var disk = statvfs()
         guard fstatvfs(directory, &disk) == 0 else { return nil }
         let free = UInt64(disk.f_bavail) * UInt64(disk.f_frsize)
         let floor = limits.floor ?? UInt64(disk.f_blocks) * UInt64(disk.f_frsize) / 10
         if free < floor {
-            let removed = withRetention { $0.freeSpace(needed: floor - free) }
-            queue.async { VersionKeeper.remove(removed) }
+            let removal = withRetention { $0.freeSpace(needed: floor - free) }
+            queue.async { self.remove(removal) }
             return nil
         }
-        guard let versions = try? store.prepare(container: place.container, path: place.path) else { return nil }
-        return versions + "/" + VersionStore.newName(in: versions)
+        var versions = store.directory(container: container, path: path)
+        if !state.withLock({ $0.prepared.contains(versions) }) {
+            guard let made = try? store.prepare(container: container, path: path) else { return nil }
+            versions = made
+            state.withLock { _ = $0.prepared.insert(made) }
+        }
+        return versions + "/" + VersionStore.newName(in: versions, at: replacedAt)
+    }
+
+    /// A prepared directory that turned out to be gone (removed by hand): made again next time.
+    private func forgetPrepared(_ version: String) {
+        let directory = (version as NSString).deletingLastPathComponent
+        state.withLock { _ = $0.prepared.remove(directory) }
     }
 
     /// Counts a kept version, and removes what the limits no longer allow.
     private func retain(_ path: String) {
-        let directory = (path as NSString).deletingLastPathComponent
-        let name = (path as NSString).lastPathComponent
-        guard let version = VersionStore.versions(in: directory).first(where: { $0.name == name }) else { return }
-        VersionKeeper.remove(withRetention { $0.kept(version) })
+        guard let version = VersionStore.record(named: (path as NSString).lastPathComponent,
+                                                in: (path as NSString).deletingLastPathComponent) else { return }
+        remove(withRetention { $0.kept(version) })
     }
 
     private func withRetention<R>(_ body: (inout VersionRetention) -> R) -> R {
-        retention.withLock { state in
-            var current = state ?? VersionRetention(limits: limits, existing: store.allVersions())
-            defer { state = current }
-            return body(&current)
+        state.withLock { state in
+            var retention = state.retention ?? VersionRetention(limits: limits, existing: store.allVersions())
+            // Taken out, so that it is changed in place rather than copied.
+            state.retention = nil
+            defer { state.retention = retention }
+            return body(&retention)
         }
     }
 
-    private static func remove(_ versions: [FileVersionRecord]) {
-        // A version someone removed already (the shell, the client library) is gone either way.
-        for version in versions { try? VersionStore.remove(version) }
+    /// On `queue`. A version someone removed already (the shell, the client library) is gone either way.
+    private func remove(_ removal: VersionRetention.Removal) {
+        for version in removal.versions { unlink(version.path) }
+        for directory in removal.emptiedDirectories {
+            state.withLock { _ = $0.prepared.remove(directory) }
+            VersionStore.removeDirectory(directory)
+        }
     }
 }

@@ -61,6 +61,7 @@ final class Shadows: @unchecked Sendable {
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
     /// remove them too).
     func finishRemovals() {
+        versions?.finish()
         remover.sync {}
         for spare in spares.withLock({ spares in defer { spares = [] }; return spares }) {
             close(spare.descriptor)
@@ -287,10 +288,10 @@ final class Shadows: @unchecked Sendable {
         if exchanged {
             // The shadow's name now leads to the previous version: kept as a version, or removed.
             let name = session.shadowName
-            let place = versions?.place(of: node, in: nodes)
-            remover.async { [directory, versions] in
-                if let place, let versions, versions.keep(name, in: directory, at: place) { return }
-                unlinkat(directory, name, 0)
+            if let versions, let place = versions.place(of: node, in: nodes) {
+                versions.keep(name, in: directory, at: place)
+            } else {
+                remover.async { [directory] in _ = unlinkat(directory, name, 0) }
             }
         }
         session.shadowName = []

@@ -46,7 +46,14 @@ public struct VersionStore: Sendable {
     }
 
     static func key(_ path: String) -> String {
-        SHA256.hash(data: Data(path.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity(32)
+        for byte in SHA256.hash(data: Data(path.utf8)).prefix(16) {
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 0xf)])
+        }
+        return String(decoding: hex, as: UTF8.self)
     }
 
     /// Makes the file's versions directory (and the store's, private to its owner), recording its path.
@@ -90,15 +97,19 @@ public struct VersionStore: Sendable {
     /// The versions kept in `directory`, oldest first.
     public static func versions(in directory: String) -> [FileVersionRecord] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.compactMap { name -> FileVersionRecord? in
-            guard name.hasPrefix(versionPrefix), let nanoseconds = UInt64(name.dropFirst(versionPrefix.count)) else { return nil }
-            var attributes = stat()
-            guard lstat(directory + "/" + name, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFREG else { return nil }
-            return FileVersionRecord(name: name, directory: directory,
-                                     replacedAt: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9),
-                                     modifiedAt: Date(attributes.st_mtim),
-                                     size: UInt64(attributes.st_size), allocatedBytes: UInt64(attributes.st_blocks) * 512)
-        }.sorted { $0.name.count != $1.name.count ? $0.name.count < $1.name.count : $0.name < $1.name }
+        return names.compactMap { record(named: $0, in: directory) }
+            .sorted { $0.name.count != $1.name.count ? $0.name.count < $1.name.count : $0.name < $1.name }
+    }
+
+    /// The version `name` in `directory`, if it is one.
+    public static func record(named name: String, in directory: String) -> FileVersionRecord? {
+        guard name.hasPrefix(versionPrefix), let nanoseconds = UInt64(name.dropFirst(versionPrefix.count)) else { return nil }
+        var attributes = stat()
+        guard lstat(directory + "/" + name, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFREG else { return nil }
+        return FileVersionRecord(name: name, directory: directory,
+                                 replacedAt: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9),
+                                 modifiedAt: Date(attributes.st_mtim),
+                                 size: UInt64(attributes.st_size), allocatedBytes: UInt64(attributes.st_blocks) * 512)
     }
 
     /// Every version in the store, oldest first, for retention across files.
@@ -115,10 +126,14 @@ public struct VersionStore: Sendable {
     /// Removes a version; its directory too once it holds no other.
     public static func remove(_ version: FileVersionRecord) throws {
         guard unlink(version.path) == 0 || errno == ENOENT else { throw posixError("unlink", version.path) }
-        if versions(in: version.directory).isEmpty {
-            unlink(version.directory + "/" + pathFileName)
-            rmdir(version.directory)
-        }
+        if versions(in: version.directory).isEmpty { removeDirectory(version.directory) }
+    }
+
+    /// Removes a versions directory that holds no version. One that got a version meanwhile stays
+    /// (rmdir fails), without its path file: listings do not need it.
+    public static func removeDirectory(_ directory: String) {
+        unlink(directory + "/" + pathFileName)
+        rmdir(directory)
     }
 }
 
@@ -139,53 +154,74 @@ public struct VersionLimits: Sendable, Equatable {
 
 /// Which versions go: one value, transitions that say what to remove (the caller removes them).
 public struct VersionRetention: Sendable {
+    /// What a transition gives up: versions, and the directories left without any.
+    public struct Removal: Sendable, Equatable {
+        public var versions: [FileVersionRecord] = []
+        public var emptiedDirectories: [String] = []
+    }
+
     public let limits: VersionLimits
     /// Every kept version the daemon knows, oldest first.
-    private(set) var kept: [FileVersionRecord]
-    private(set) var totalBytes: UInt64
+    private var kept: [FileVersionRecord]
+    private var countByDirectory: [String: Int] = [:]
+    private(set) var totalBytes: UInt64 = 0
 
     public init(limits: VersionLimits, existing: [FileVersionRecord]) {
         self.limits = limits
         kept = existing.sorted { $0.replacedAt < $1.replacedAt }
-        totalBytes = kept.reduce(0) { $0 + $1.allocatedBytes }
+        for version in kept {
+            countByDirectory[version.directory, default: 0] += 1
+            totalBytes += version.allocatedBytes
+        }
     }
 
     public var count: Int { kept.count }
 
     /// A version was kept: what must go now, by the file's count, age, and the store's space.
-    public mutating func kept(_ version: FileVersionRecord, now: Date = Date()) -> [FileVersionRecord] {
-        kept.append(version)
+    public mutating func kept(_ version: FileVersionRecord, now: Date = Date()) -> Removal {
+        // Versions arrive in time order but for clocks and queues: insert from the end.
+        var index = kept.endIndex
+        while index > kept.startIndex, kept[index - 1].replacedAt > version.replacedAt { index -= 1 }
+        kept.insert(version, at: index)
+        countByDirectory[version.directory, default: 0] += 1
         totalBytes += version.allocatedBytes
-        let sameFile = kept.filter { $0.directory == version.directory }
-        let surplus = Set(sameFile.prefix(max(0, sameFile.count - limits.count)).map(\.path))
-        let removed = kept.filter { surplus.contains($0.path) || now.timeIntervalSince($0.replacedAt) > limits.age }
-        forget(removed)
-        return removed + freeSpace(needed: 0)
+        var removal = Removal()
+        if countByDirectory[version.directory, default: 0] > limits.count,
+           let oldest = kept.firstIndex(where: { $0.directory == version.directory }) {
+            take(at: oldest, into: &removal)
+        }
+        while let first = kept.first, now.timeIntervalSince(first.replacedAt) > limits.age { take(at: 0, into: &removal) }
+        let more = freeSpace(needed: 0)
+        removal.versions += more.versions
+        removal.emptiedDirectories += more.emptiedDirectories
+        return removal
     }
 
     /// Removes the oldest versions until their total fits `space` and `needed` more bytes are gained.
-    public mutating func freeSpace(needed: UInt64) -> [FileVersionRecord] {
-        var removed: [FileVersionRecord] = []
+    public mutating func freeSpace(needed: UInt64) -> Removal {
+        var removal = Removal()
         var gained: UInt64 = 0
-        var index = 0
-        while index < kept.count, totalBytes - gained > limits.space || gained < needed {
-            removed.append(kept[index])
-            gained += kept[index].allocatedBytes
-            index += 1
+        while let first = kept.first, totalBytes > limits.space || gained < needed {
+            gained += first.allocatedBytes
+            take(at: 0, into: &removal)
         }
-        forget(removed)
-        return removed
+        return removal
     }
 
     /// Versions removed by someone else (the shell, the client library).
     public mutating func forget(_ versions: [FileVersionRecord]) {
-        guard !versions.isEmpty else { return }
         let paths = Set(versions.map(\.path))
-        kept.removeAll { version in
-            guard paths.contains(version.path) else { return false }
-            totalBytes -= min(totalBytes, version.allocatedBytes)
-            return true
-        }
+        var ignored = Removal()
+        while let index = kept.firstIndex(where: { paths.contains($0.path) }) { take(at: index, into: &ignored) }
+    }
+
+    private mutating func take(at index: Int, into removal: inout Removal) {
+        let version = kept.remove(at: index)
+        totalBytes -= min(totalBytes, version.allocatedBytes)
+        removal.versions.append(version)
+        let left = countByDirectory[version.directory, default: 1] - 1
+        countByDirectory[version.directory] = left > 0 ? left : nil
+        if left <= 0 { removal.emptiedDirectories.append(version.directory) }
     }
 }
 

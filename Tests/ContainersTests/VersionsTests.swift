@@ -14,26 +14,32 @@ final class VersionsTests: XCTestCase {
         limits.count = 2
         limits.age = 100
         var retention = VersionRetention(limits: limits, existing: [version("a", 10), version("b", 500)])
-        XCTAssertEqual(retention.kept(version("a", 520), now: Date(timeIntervalSince1970: 530)).map(\.name), [version("a", 10).name])
-        XCTAssertEqual(retention.kept(version("a", 540), now: Date(timeIntervalSince1970: 550)).map(\.name), [])
-        // A third of a's goes; b's is 101 s old by now.
-        XCTAssertEqual(Set(retention.kept(version("a", 600), now: Date(timeIntervalSince1970: 601)).map(\.name)),
-                       [version("a", 520).name, version("b", 500).name])
+        XCTAssertEqual(retention.kept(version("a", 520), now: Date(timeIntervalSince1970: 530)).versions.map(\.name), [version("a", 10).name])
+        XCTAssertEqual(retention.kept(version("a", 540), now: Date(timeIntervalSince1970: 550)).versions.map(\.name), [])
+        // A third of a's goes; b's is 101 s old by now, and b has no version left.
+        let removal = retention.kept(version("a", 600), now: Date(timeIntervalSince1970: 601))
+        XCTAssertEqual(Set(removal.versions.map(\.name)), [version("a", 520).name, version("b", 500).name])
+        XCTAssertEqual(removal.emptiedDirectories, ["b"])
         XCTAssertEqual(retention.count, 2)
+        var none = VersionLimits()
+        none.count = 1
+        var single = VersionRetention(limits: none, existing: [version("d", 1)])
+        XCTAssertEqual(single.kept(version("d", 2), now: Date(timeIntervalSince1970: 3)).emptiedDirectories, [])
+        XCTAssertEqual(single.freeSpace(needed: 1).emptiedDirectories, ["d"])
     }
 
     func testTheOldestGoWhenAllTogetherTakeTooMuchSpace() {
         var limits = VersionLimits()
         limits.space = 10_000
         var retention = VersionRetention(limits: limits, existing: [version("a", 1), version("b", 2)])
-        XCTAssertEqual(retention.kept(version("c", 3), now: Date(timeIntervalSince1970: 4)).map(\.name), [version("a", 1).name])
+        XCTAssertEqual(retention.kept(version("c", 3), now: Date(timeIntervalSince1970: 4)).versions.map(\.name), [version("a", 1).name])
         // Room asked for, below the free-space floor: the oldest first, until it is gained.
-        XCTAssertEqual(retention.freeSpace(needed: 5000).map(\.name), [version("b", 2).name, version("c", 3).name])
+        XCTAssertEqual(retention.freeSpace(needed: 5000).versions.map(\.name), [version("b", 2).name, version("c", 3).name])
         XCTAssertEqual(retention.count, 0)
         // Versions removed by someone else are forgotten, and free nothing twice.
         retention = VersionRetention(limits: limits, existing: [version("a", 1), version("b", 2)])
         retention.forget([version("a", 1)])
-        XCTAssertEqual(retention.freeSpace(needed: 1).map(\.name), [version("b", 2).name])
+        XCTAssertEqual(retention.freeSpace(needed: 1).versions.map(\.name), [version("b", 2).name])
     }
 
     func testTheStoreListsAFilesVersionsOldestFirstAndTidiesUp() throws {
