@@ -148,20 +148,20 @@ extension ContainerFileSystem {
                 : .move(from: sourcePath, to: destinationPath, replacesDestination: replacing)
         }
         coordination.perform(operation(), isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
-            var version: String?
+            var version: (path: String, place: ItemPath)?
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
                     if replacing && flags & RENAME_EXCHANGE == 0 { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
                     if savesOver, replacesContent, let versions = self.shadows.versions,
                        let place = versions.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) {
-                        version = versions.keepReplaced(newPointer, in: to.descriptor, at: place)
+                        version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place) }
                     }
                     return Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
                 }
             }
             if let version, let versions = self.shadows.versions {
-                error == 0 ? versions.replaced(version) : versions.notReplaced(version)
+                error == 0 ? versions.replaced(version.path, of: version.place) : versions.notReplaced(version.path)
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }

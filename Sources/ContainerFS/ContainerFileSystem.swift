@@ -56,6 +56,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
                                      zone: rootZone, parent: nil, name: []))
         self.coordination = coordination
         shadows = Shadows(directory: shadowDirectory, versions: versions)
+        versions?.announce = { [coordination] version, path in coordination.announceVersion(version, of: path) }
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
         rootAppName = rootApp.map { Array($0.rawValue.utf8) }

@@ -26,6 +26,13 @@ public final class MountCoordination: @unchecked Sendable {
         self.waitLimit = waitLimit
     }
 
+    /// Tells the presenters of the item at `path`, and of its directories, that a previous version
+    /// of it was kept (docs/versions.md).
+    func announceVersion(_ version: String, of path: ItemPath) {
+        guard hasClients() else { return }
+        engine.messenger.deliver(NotificationPlan.versionAdded(at: path, version: version, registry: engine.registry)) { _ in }
+    }
+
     /// Runs `body` inside a coordinated `operation` made for `caller`, now or later on another
     /// thread. `body` must end the access it gets.
     func perform(_ operation: @autoclosure () -> CoordinatedOperation, isDirectory: Bool, caller: Caller,

@@ -23,6 +23,9 @@ public final class VersionKeeper: @unchecked Sendable {
         var prepared: Set<String> = []
     }
     private let state = Mutex(State())
+    /// Tells presenters of a version kept, by its name and the item's path; set before the
+    /// session runs.
+    var announce: @Sendable (String, ItemPath) -> Void = { _, _ in }
     /// Moves versions aside and removes what the limits no longer allow, off the requests' threads,
     /// one at a time (a directory is never removed while a version goes into it).
     private let queue = DispatchQueue(label: "containerfs.versions", qos: .utility)
@@ -76,7 +79,7 @@ public final class VersionKeeper: @unchecked Sendable {
                 // take the lock of two directories, and contend with every publish's.
                 if linkat(directory, name, AT_FDCWD, destination, 0) == 0 {
                     unlinkat(directory, name, 0)
-                    return retain(destination)
+                    return retain(destination, of: place)
                 }
                 forgetPrepared(destination)
             }
@@ -96,8 +99,8 @@ public final class VersionKeeper: @unchecked Sendable {
     }
 
     /// The save renamed over the version's file: it is kept now.
-    func replaced(_ version: String) {
-        queue.async { self.retain(version) }
+    func replaced(_ version: String, of place: ItemPath) {
+        queue.async { self.retain(version, of: place) }
     }
 
     /// Waits for the versions being moved aside (at unmount: a later mount would remove them).
@@ -137,10 +140,11 @@ public final class VersionKeeper: @unchecked Sendable {
         state.withLock { _ = $0.prepared.remove(directory) }
     }
 
-    /// Counts a kept version, and removes what the limits no longer allow.
-    private func retain(_ path: String) {
+    /// Counts a kept version, tells presenters, and removes what the limits no longer allow.
+    private func retain(_ path: String, of place: ItemPath) {
         guard let version = VersionStore.record(named: (path as NSString).lastPathComponent,
                                                 in: (path as NSString).deletingLastPathComponent) else { return }
+        announce(version.name, place)
         remove(withRetention { $0.kept(version) })
     }
 

@@ -102,6 +102,16 @@ public struct NotificationPlan: Hashable, Sendable {
         }
     }
 
+    /// A previous version of the item at `path` was kept: its presenters, and those of the
+    /// directories around it, hear of it. Nobody is left out (no access of anyone's made it).
+    public static func versionAdded(at path: ItemPath, version: String, registry: PresenterRegistry) -> [PresenterDelivery] {
+        let audience = Audience(registry: registry, initiator: Initiator())
+        var plan = NotificationPlan()
+        plan.add(.presentedItemDidGainVersion(version), toEach: audience.presenters(of: path), in: \.after)
+        plan.add(.presentedSubitemDidGainVersion(at: path, version: version), toEach: audience.directories(above: path), in: \.after)
+        return plan.after
+    }
+
     /// The write pattern: relinquish to writer; once published, the item did change and its
     /// enclosing directories hear `directoryMessage`; then reacquire.
     private mutating func publish(change directoryMessage: PresenterMessage, of path: ItemPath, audience: Audience) {

@@ -13,6 +13,9 @@ public enum PresenterMessage: Hashable, Sendable {
     case presentedSubitemDidMove(from: ItemPath, to: ItemPath)
     /// The reacquirer block that `relinquishPresentedItemTo…` handed out: the access has ended.
     case reacquirePresentedItem
+    /// A previous version of the item was kept (its identifier among the item's versions).
+    case presentedItemDidGainVersion(String)
+    case presentedSubitemDidGainVersion(at: ItemPath, version: String)
 
     /// Messages that hold up the operation until the presenter answers (or its time runs out).
     /// The others are notifications, sent without waiting.
@@ -22,7 +25,8 @@ public enum PresenterMessage: Hashable, Sendable {
              .accommodatePresentedItemDeletion, .accommodatePresentedSubitemDeletion:
             return true
         case .presentedItemDidChange, .presentedSubitemDidChange, .presentedSubitemDidAppear,
-             .presentedItemDidMove, .presentedSubitemDidMove, .reacquirePresentedItem:
+             .presentedItemDidMove, .presentedSubitemDidMove, .reacquirePresentedItem,
+             .presentedItemDidGainVersion, .presentedSubitemDidGainVersion:
             return false
         }
     }
@@ -31,12 +35,14 @@ public enum PresenterMessage: Hashable, Sendable {
     public var revealedPaths: [ItemPath] {
         switch self {
         case .accommodatePresentedSubitemDeletion(let path), .presentedSubitemDidChange(let path),
-             .presentedSubitemDidAppear(let path), .presentedItemDidMove(let path):
+             .presentedSubitemDidAppear(let path), .presentedItemDidMove(let path),
+             .presentedSubitemDidGainVersion(let path, _):
             return [path]
         case .presentedSubitemDidMove(let from, let to):
             return [from, to]
         case .relinquishPresentedItemToReader, .relinquishPresentedItemToWriter, .savePresentedItemChanges,
-             .accommodatePresentedItemDeletion, .presentedItemDidChange, .reacquirePresentedItem:
+             .accommodatePresentedItemDeletion, .presentedItemDidChange, .reacquirePresentedItem,
+             .presentedItemDidGainVersion:
             return []
         }
     }
@@ -54,13 +60,16 @@ public enum PresenterMessage: Hashable, Sendable {
         case .presentedItemDidMove: return "presentedItemDidMove"
         case .presentedSubitemDidMove: return "presentedSubitemDidMove"
         case .reacquirePresentedItem: return "reacquirePresentedItem"
+        case .presentedItemDidGainVersion: return "presentedItemDidGainVersion"
+        case .presentedSubitemDidGainVersion: return "presentedSubitemDidGainVersion"
         }
     }
 }
 
-// Wire form: {"name": "...", "path": [...]} or {"name": ..., "from": [...], "to": [...]}.
+// Wire form: {"name": "...", "path": [...]} or {"name": ..., "from": [...], "to": [...]}, and
+// "version" for the version messages.
 extension PresenterMessage: Codable {
-    private enum CodingKeys: String, CodingKey { case name, path, from, to }
+    private enum CodingKeys: String, CodingKey { case name, path, from, to, version }
 
     public init(from decoder: Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -78,6 +87,10 @@ extension PresenterMessage: Codable {
         case "presentedItemDidMove": self = .presentedItemDidMove(to: try path(.to))
         case "presentedSubitemDidMove": self = .presentedSubitemDidMove(from: try path(.from), to: try path(.to))
         case "reacquirePresentedItem": self = .reacquirePresentedItem
+        case "presentedItemDidGainVersion":
+            self = .presentedItemDidGainVersion(try container.decode(String.self, forKey: .version))
+        case "presentedSubitemDidGainVersion":
+            self = .presentedSubitemDidGainVersion(at: try path(.path), version: try container.decode(String.self, forKey: .version))
         default:
             throw DecodingError.dataCorruptedError(
                 forKey: .name, in: container, debugDescription: "unknown presenter message \(name)")
@@ -96,6 +109,11 @@ extension PresenterMessage: Codable {
         case .presentedSubitemDidMove(let source, let destination):
             try container.encode(source, forKey: .from)
             try container.encode(destination, forKey: .to)
+        case .presentedItemDidGainVersion(let version):
+            try container.encode(version, forKey: .version)
+        case .presentedSubitemDidGainVersion(let path, let version):
+            try container.encode(path, forKey: .path)
+            try container.encode(version, forKey: .version)
         default:
             break
         }

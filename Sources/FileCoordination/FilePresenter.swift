@@ -37,6 +37,11 @@ public protocol FilePresenter: AnyObject {
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL)
     /// An item inside the presented directory is about to be deleted.
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void)
+    /// The mount kept a previous version of the item (docs/versions.md). Only processes that can
+    /// reach the store's versions hear it: a version they could not open is not announced.
+    func presentedItemDidGain(_ version: FileVersion)
+    /// The mount kept a previous version of an item inside the presented directory.
+    func presentedSubitem(at url: URL, didGain version: FileVersion)
 }
 
 extension FilePresenter {
@@ -54,6 +59,8 @@ extension FilePresenter {
     public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         completionHandler(nil)
     }
+    public func presentedItemDidGain(_ version: FileVersion) {}
+    public func presentedSubitem(at url: URL, didGain version: FileVersion) {}
 }
 
 /// Why a coordinated access did not happen.

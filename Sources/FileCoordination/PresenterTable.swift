@@ -103,6 +103,17 @@ final class PresenterTable: @unchecked Sendable {
                 popReacquirer(for: id)?()
                 presenter.reacquirePresentedItem()
                 answerOnce(nil)
+            case .presentedItemDidGainVersion(let identifier):
+                if let item = presenter.presentedItemURL,
+                   let version = FileVersion.version(itemAt: item, forPersistentIdentifier: identifier) {
+                    presenter.presentedItemDidGain(version)
+                }
+                answerOnce(nil)
+            case .presentedSubitemDidGainVersion(let path, let identifier):
+                if let version = FileVersion.version(itemAt: url(path), forPersistentIdentifier: identifier) {
+                    presenter.presentedSubitem(at: url(path), didGain: version)
+                }
+                answerOnce(nil)
             }
         }
     }

@@ -221,4 +221,55 @@ final class IslandTests: XCTestCase {
         XCTAssertEqual(lines.last, "reacquirePresentedItem \(path)", result.output)
         XCTAssertEqual(try String(contentsOfFile: group + "/shared.txt", encoding: .utf8), "two\n")
     }
+
+    func testTheControlSocketAnswersAnAppOnlyForItsOwnContainers() {
+        // A client inside the sandbox speaks the control protocol itself (docs/control-protocol.md),
+        // naming items of other containers that it cannot reach through its files.
+        let client = """
+        import json, os, socket, struct
+        path = os.getxattr(os.environ["HOME"] + "/Documents", "user.containerfs.control-socket").decode()
+        s = socket.socket(socket.AF_UNIX); s.connect(path)
+        def send(kind, body):
+            data = json.dumps({"version": 1, "type": kind, "body": body}).encode()
+            s.sendall(struct.pack(">I", len(data)) + data)
+        def receive():
+            header = b""
+            while len(header) < 4: header += s.recv(4 - len(header))
+            length = struct.unpack(">I", header)[0]; data = b""
+            while len(data) < length: data += s.recv(length - len(data))
+            return json.loads(data)
+        send("hello", {"clientName": "island-test"}); receive()
+        for request, container in enumerate(["com.example.photos", "\(IslandTests.group)", "com.example.notes"], 1):
+            item = [container, "Documents", "secret.txt"] if not container.startswith("group.") else [container, "note.txt"]
+            send("addPresenter", {"presenter": "p%d" % request, "path": item})
+            send("coordinate", {"requestID": request, "purpose": "c%d" % request, "timeoutMilliseconds": 5000,
+                                "accesses": [{"isDirectory": False, "kind": {"mode": "read", "options": []}, "path": item}]})
+            answers = []
+            while not answers or answers[-1] not in ("granted", "denied accessDenied", "denied timedOut"):
+                answer = receive()
+                if answer["type"] == "presenterMessage":
+                    # Its own presenter is asked to make way for its read: it does at once.
+                    if answer["body"]["expectsReply"]: send("presenterReply", {"messageID": answer["body"]["messageID"]})
+                    continue
+                answers.append(" ".join([answer["type"]] + [answer["body"][k] for k in ("code", "reason") if k in answer["body"]]))
+            print(container + ":", ", ".join(answers))
+            if answers[-1] == "granted": send("release", {"requestID": request})
+        """
+        let result = run(SampleApps.notes, "python3 -c \(Shell.quote(client))")
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(result.output, """
+        com.example.photos: error accessDenied, denied accessDenied
+        \(IslandTests.group): granted
+        com.example.notes: granted
+
+        """)
+        // Mail, outside the group, is refused the group's items too.
+        let mail = run(IslandTests.mail, "python3 -c \(Shell.quote(client.replacingOccurrences(of: "com.example.notes\"]", with: "com.example.mail\"]")))")
+        XCTAssertEqual(mail.output, """
+        com.example.photos: error accessDenied, denied accessDenied
+        \(IslandTests.group): error accessDenied, denied accessDenied
+        com.example.mail: granted
+
+        """, mail.error)
+    }
 }

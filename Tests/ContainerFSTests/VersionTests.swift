@@ -152,4 +152,24 @@ final class VersionTests: MountedTestCase {
         waitForVersions(home + "/Documents/shared/theirs.txt", count: 1)
         XCTAssertEqual(versions(home + "/Documents/shared/theirs.txt"), ["a\n"])
     }
+
+    func testPresentersHearAVersionKept() throws {
+        let documents = home + "/Documents"
+        sh("echo one > Documents/heard.txt")
+        let events = mounted.root.appendingPathComponent("events").path
+        let result = Shell.run("""
+        \(binary) watch \(Shell.quote(documents + "/heard.txt")) \(Shell.quote(documents)) >> \(Shell.quote(events)) &
+        watcher=$!
+        for i in $(seq 200); do grep -q . \(Shell.quote(events)) && break; touch \(Shell.quote(documents))/ready-$i; sleep 0.05; done
+        echo two > \(Shell.quote(documents))/heard.txt
+        for i in $(seq 100); do grep -q presentedSubitemDidGainVersion \(Shell.quote(events)) && break; sleep 0.05; done
+        kill $watcher; wait
+        grep GainVersion \(Shell.quote(events))
+        """, limit: 60)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(Set(result.output.split(separator: "\n").map(String.init)), [
+            "presentedItemDidGainVersion \(documents)/heard.txt",
+            "presentedSubitemDidGainVersion \(documents)/heard.txt",
+        ])
+    }
 }

@@ -114,6 +114,8 @@ final class ControlCodecTests: XCTestCase {
             .presentedItemDidMove(to: weird), .presentedSubitemDidAppear(at: path("Documents/a b")),
             .presentedSubitemDidChange(at: weird), .accommodatePresentedSubitemDeletion(at: path("a/b/c")),
             .presentedSubitemDidMove(from: weird, to: path("Archive/x")),
+            .presentedItemDidGainVersion("v-1795620978651834880"),
+            .presentedSubitemDidGainVersion(at: weird, version: "v-\"1\\"),
         ]
         let control = String((0..<0x20).map { Character(Unicode.Scalar(UInt8($0))) })
         let names = ["p", "", "quote\"back\\slash/", control, "\u{7F}ü€😀", "fuse-\(UInt64.max)"]

@@ -36,6 +36,16 @@ final class NotificationPlanTests: XCTestCase {
         return (render(plan.before), render(plan.after))
     }
 
+    func testAKeptVersionIsToldToTheItemAndItsDirectoriesEveryoneIncluded() {
+        let deliveries = NotificationPlan.versionAdded(at: path("Documents/folder/note.txt"), version: "v-1", registry: registry)
+        XCTAssertEqual(deliveries.map { "\($0.presenter.purpose): \($0.message.name)" }, [
+            "mine: presentedItemDidGainVersion", "item: presentedItemDidGainVersion",
+            "folder: presentedSubitemDidGainVersion", "root: presentedSubitemDidGainVersion",
+        ])
+        XCTAssertEqual(deliveries.last?.message, .presentedSubitemDidGainVersion(at: path("Documents/folder/note.txt"), version: "v-1"))
+        XCTAssertEqual(NotificationPlan.versionAdded(at: path("Elsewhere/x"), version: "v-1", registry: registry), [])
+    }
+
     func testReadAsksToRelinquishThenSaveAndReacquiresAtTheEnd() {
         let read = plan(.read(path("Documents/folder/note.txt")))
         XCTAssertEqual(read.before, ["item: relinquishPresentedItemToReader", "item: savePresentedItemChanges"])

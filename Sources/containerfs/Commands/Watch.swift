@@ -9,7 +9,8 @@ struct WatchCommand: ParsableCommand {
         discussion: """
         One line per event, named after the FilePresenter callback (presentedItemDidChange,
         presentedItemDidMove, accommodatePresentedItemDeletion, presentedSubitemDidAppear,
-        relinquishPresentedItemToWriter, savePresentedItemChanges, ...), then the path, and the new
+        relinquishPresentedItemToWriter, savePresentedItemChanges, presentedItemDidGainVersion, ...),
+        then the path, and the new
         path for moves. With --json, one JSON object a line: {"event", "path", "newPath"?, "watched"}.
         --on-save and --on-relinquish run a shell command (sh -c) when asked to save or to
         relinquish, and answer the daemon when it ends; the command sees CONTAINERFS_EVENT and
@@ -161,6 +162,8 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
     func presentedSubitemDidAppear(at url: URL) { report("presentedSubitemDidAppear", url) }
     func presentedSubitemDidChange(at url: URL) { report("presentedSubitemDidChange", url) }
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { report("presentedSubitemDidMove", oldURL, newPath: newURL) }
+    func presentedItemDidGain(_ version: FileVersion) { report("presentedItemDidGainVersion") }
+    func presentedSubitem(at url: URL, didGain version: FileVersion) { report("presentedSubitemDidGainVersion", url) }
 
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         report("accommodatePresentedSubitemDeletion", url)
