@@ -54,7 +54,18 @@ public struct NotificationPlan: Hashable, Sendable {
 
     public init(for operation: CoordinatedOperation, initiator: Initiator, registry: PresenterRegistry) {
         let audience = Audience(registry: registry, initiator: initiator)
+        // Foundation's atomic write works in a temporary file of its own, which Apple's presenters
+        // never hear of: only what it becomes.
         switch operation {
+        case .create(let path), .write(let path), .delete(let path), .metadataChange(let path):
+            if NotificationPlan.isFoundationTemporary(path) { return }
+        default:
+            break
+        }
+        switch operation {
+        case .move(let source, let destination, false) where NotificationPlan.isFoundationTemporary(source):
+            publish(change: .presentedSubitemDidAppear(at: destination), of: destination, audience: audience)
+
         case .read(let path, let options):
             let holders = audience.holders(of: path)
             for presenter in holders {
@@ -101,6 +112,15 @@ public struct NotificationPlan: Hashable, Sendable {
             add(.presentedItemDidChange, toEach: audience.presenters(of: path), in: \.after)
         }
     }
+
+    /// The temporary file of Foundation's atomic write (`Data.write(to:options: .atomic)` and
+    /// the like on Linux): `.dat.nosync` and a suffix, beside the file it will replace.
+    public static func isFoundationTemporary(_ path: ItemPath) -> Bool {
+        guard let name = path.lastComponent?.bytes, name.count > foundationTemporaryPrefix.count else { return false }
+        return name.starts(with: foundationTemporaryPrefix)
+    }
+
+    private static let foundationTemporaryPrefix = Array(".dat.nosync".utf8)
 
     /// A previous version of the item at `path` was kept: its presenters, and those of the
     /// directories around it, hear of it. Nobody is left out (no access of anyone's made it).

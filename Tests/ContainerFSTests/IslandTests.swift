@@ -42,6 +42,7 @@ final class IslandTests: XCTestCase {
         ls /home /root \(Shell.quote(mounted.root.path)) 2>&1 | sed 's/^ls: //'
         echo written > "$HOME/Documents/from-app.txt"
         touch "$CONTAINERFS_BUNDLE/new" 2>&1 | sed 's/^touch: //'
+        ls /proc/\(getpid())/root\(Shell.quote(mounted.container(SampleApps.photos))) >/dev/null 2>&1 && echo "out through /proc" || echo "no way out through /proc"
         """)
         XCTAssertEqual(result.status, 0, result.error)
         let home = "/var/mobile/Containers/Data/Application/\(SampleApps.notes)"
@@ -56,6 +57,7 @@ final class IslandTests: XCTestCase {
         cannot access '/root': No such file or directory
         cannot access '\(mounted.root.path)': No such file or directory
         cannot touch '/var/containers/Bundle/Application/\(SampleApps.notes)/Notes.app/new': Read-only file system
+        no way out through /proc
 
         """)
         XCTAssertEqual(try String(contentsOfFile: mounted.container() + "/Documents/from-app.txt", encoding: .utf8), "written\n")

@@ -131,6 +131,19 @@ final class PresenterTests: MountedTestCase {
         XCTAssertTrue(heard.contains("accommodatePresentedSubitemDeletion Documents/Old"), "\(heard)")
     }
 
+    func testFoundationsAtomicWriteIsHeardAsAChangeOfTheFile() throws {
+        let watcher = try watch(["Documents/hello.txt", "Documents"])
+        // What Foundation's Data.write(to:options: .atomic) does on Linux (strace shows it): a
+        // temporary file beside the item, renamed over it.
+        sh("printf changed > Documents/.dat.nosync1F2E.aB3dEf && mv Documents/.dat.nosync1F2E.aB3dEf Documents/hello.txt")
+        let heard = names(watcher.events(atLeast: 4))
+        XCTAssertEqual(Set(heard), [
+            "relinquishPresentedItemToWriter Documents/hello.txt", "presentedItemDidChange Documents/hello.txt",
+            "presentedSubitemDidChange Documents/hello.txt", "reacquirePresentedItem Documents/hello.txt",
+        ], "\(heard)")
+        XCTAssertEqual(heard.count, 4, "\(heard)")
+    }
+
     func testCopyOverAFileIsAWrite() throws {
         sh("echo other > Documents/other.txt")
         let watcher = try watch(["Documents/hello.txt"])

@@ -46,6 +46,26 @@ final class NotificationPlanTests: XCTestCase {
         XCTAssertEqual(NotificationPlan.versionAdded(at: path("Elsewhere/x"), version: "v-1", registry: registry), [])
     }
 
+    func testFoundationsAtomicWriteIsHeardAsWhatItBecomes() {
+        let temporary = path("Documents/folder/.dat.nosync5A3C.Qx81yz")
+        for operation in [CoordinatedOperation.create(temporary), .write(temporary), .metadataChange(temporary), .delete(temporary)] {
+            XCTAssertEqual(plan(operation).before + plan(operation).after, [], "\(operation)")
+        }
+        XCTAssertEqual(plan(.saveByReplacing(temporary: temporary, original: path("Documents/folder/note.txt"))).after, [
+            "item: presentedItemDidChange",
+            "folder: presentedSubitemDidChange Documents/folder/note.txt",
+            "root: presentedSubitemDidChange Documents/folder/note.txt",
+            "item: reacquirePresentedItem",
+        ])
+        // Written to a new name: it appears there.
+        XCTAssertEqual(plan(.move(from: temporary, to: path("Documents/folder/new.txt"), replacesDestination: false)).after, [
+            "folder: presentedSubitemDidAppear Documents/folder/new.txt",
+            "root: presentedSubitemDidAppear Documents/folder/new.txt",
+        ])
+        // Only Foundation's own name: a file the user calls so is an ordinary one.
+        XCTAssertEqual(plan(.create(path("Documents/folder/.dat.nosync"))).after.count, 2)
+    }
+
     func testReadAsksToRelinquishThenSaveAndReacquiresAtTheEnd() {
         let read = plan(.read(path("Documents/folder/note.txt")))
         XCTAssertEqual(read.before, ["item: relinquishPresentedItemToReader", "item: savePresentedItemChanges"])
