@@ -64,11 +64,11 @@ public final class VersionKeeper: @unchecked Sendable {
         place(of: node, in: nodes).flatMap(split).map { store.directory(container: $0.container, path: $0.path) }
     }
 
-    /// Moves the previous version named `name` in `directory` (the shadows') into the versions of
+    /// Puts the previous version named `name` in `directory` (the shadows') among the versions of
     /// the item at `place`, after the writer's close; removes it instead when none may be kept (the
-    /// store is below its free-space floor) or a call fails.
-    /// An empty file is not kept: there is nothing to put back (an editor that truncates before it
-    /// writes publishes one for a moment).
+    /// store is below its free-space floor) or a call fails (a shadow left behind goes at the next
+    /// mount). An empty file is not kept: there is nothing to put back (an editor that truncates
+    /// before it writes publishes one for a moment).
     func keep(_ name: [CChar], in directory: Int32, at place: ItemPath) {
         let replaced = Date()
         queue.async { [self] in
@@ -103,7 +103,7 @@ public final class VersionKeeper: @unchecked Sendable {
         queue.async { self.retain(version, of: place) }
     }
 
-    /// Waits for the versions being moved aside (at unmount: a later mount would remove them).
+    /// Waits for the versions being put aside (at unmount: a later mount would remove them).
     func finish() {
         queue.sync {}
     }

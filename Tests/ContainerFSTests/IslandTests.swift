@@ -196,6 +196,20 @@ final class IslandTests: XCTestCase {
         XCTAssertEqual(member.output, "group: list ok, open ok, create ok, rename ok\n", member.error)
     }
 
+    func testAnAppInAGroupRunsOnlyOnAMountThatShowsItsGroup() throws {
+        // A mount of Notes alone shows no group container: run says what to mount instead.
+        let alone = mounted.root.appendingPathComponent("notes-alone").path
+        try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: true)
+        XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(alone)) --app \(SampleApps.notes)").status, 0)
+        defer { _ = Shell.run("\(binary) unmount \(Shell.quote(alone))") }
+        let refused = run(SampleApps.notes, "touch \"$HOME/Documents/started\"", in: alone)
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.error.contains("belongs to \(IslandTests.group)") && refused.error.contains("without -o app="), refused.error)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: mounted.backing() + "/Documents/started"))
+        // Mail, in no group, runs there as before.
+        XCTAssertEqual(run(IslandTests.mail, "true", in: mounted.mountPoint).status, 0)
+    }
+
     func testACoordinatedWriteInOneAppIsHeardByAPresenterInAnotherOfItsGroup() throws {
         // The client programs reach the group through the mount, as the apps' own code would.
         let group = mounted.container(IslandTests.group)
