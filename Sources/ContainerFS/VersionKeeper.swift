@@ -78,12 +78,12 @@ public final class VersionKeeper: @unchecked Sendable {
                 // Linked, then unlinked from the shadows: a rename out of their directory would
                 // take the lock of two directories, and contend with every publish's.
                 if linkat(directory, name, AT_FDCWD, destination, 0) == 0 {
-                    unlinkat(directory, name, 0)
+                    Shadows.removePrevious(name, in: directory)
                     return retain(destination, of: place)
                 }
                 forgetPrepared(destination)
             }
-            unlinkat(directory, name, 0)
+            Shadows.removePrevious(name, in: directory)
         }
     }
 

@@ -50,6 +50,13 @@ final class Shadows: @unchecked Sendable {
     private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
     private static let sparesKept = 4
 
+    /// Removes a previous version that a publish swapped into the shadows' directory. A failure
+    /// (the disk failing) leaves it there, and the next mount clears the directory, which holds
+    /// nobody's data any more: nothing to report to anyone.
+    static func removePrevious(_ name: [CChar], in directory: Int32) {
+        unlinkat(directory, name, 0)
+    }
+
     /// Where previous versions go instead of being removed; nil keeps none.
     let versions: VersionKeeper?
 
@@ -291,7 +298,7 @@ final class Shadows: @unchecked Sendable {
             if let versions, let place = versions.place(of: node, in: nodes) {
                 versions.keep(name, in: directory, at: place)
             } else {
-                remover.async { [directory] in _ = unlinkat(directory, name, 0) }
+                remover.async { [directory] in Shadows.removePrevious(name, in: directory) }
             }
         }
         session.shadowName = []

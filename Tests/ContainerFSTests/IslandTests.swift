@@ -142,7 +142,7 @@ final class IslandTests: XCTestCase {
         // While one sandbox runs, another's exit leaves tmp alone.
         let result = Shell.run("""
         \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.notes) -- sh -c 'echo long > /tmp/long; sleep 2' &
-        sleep 0.5
+        for i in $(seq 200); do [ -s \(Shell.quote(tmp))/long ] && break; sleep 0.05; done
         \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.notes) -- sh -c 'echo short > "$TMPDIR/short"'
         ls \(Shell.quote(tmp)); echo --
         \(binary) status \(Shell.quote(mounted.mountPoint)) | grep -c '^  \(SampleApps.notes): launched by pid .*sleep'
