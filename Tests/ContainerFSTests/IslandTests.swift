@@ -129,6 +129,24 @@ final class IslandTests: XCTestCase {
         """, limit: 60)
     }
 
+    func testSandboxesStartOnABusyMachine() {
+        // bwrap binds the containers through the mount before the program may start; the mount
+        // must not take it for the app meanwhile (it did, under load, for the last binds).
+        let result = Shell.run("""
+        burners=""; runs=""
+        for i in 1 2; do timeout 20 sh -c 'while :; do :; done' & burners="$burners $!"; done
+        for i in $(seq 24); do
+          app=\(SampleApps.notes); [ $((i % 2)) = 0 ] && app=\(SampleApps.photos)
+          ( \(binary) run \(Shell.quote(mounted.mountPoint)) $app -- sh -c 'ls "$CONTAINERFS_GROUP_CONTAINERS"' >/dev/null || echo "run $i failed" ) &
+          runs="$runs $!"
+        done
+        wait $runs
+        kill $burners; wait
+        echo done
+        """, limit: 60)
+        XCTAssertEqual(result.output, "done\n", result.error)
+    }
+
     func testAChangedBundleDoesNotStart() throws {
         try "tampered\n".write(toFile: mounted.backing() + "/Notes.app/Info.plist", atomically: false, encoding: .utf8)
         let result = run(SampleApps.notes, "touch \"$HOME/Documents/started\"")

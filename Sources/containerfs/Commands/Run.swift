@@ -243,6 +243,11 @@ struct Sandbox {
     /// Records the sandbox whose first process is `child`, and makes the mount read the record
     /// before the program can ask it anything. Nil and why, if the program must not start.
     private func register(_ child: pid_t, in store: Store) -> (RunningApp?, String?) {
+        // bwrap binds the containers, reaching them through the mount as their owner, before it
+        // waits for descriptor 4: recorded sooner, it would be refused its own binds.
+        guard Sandbox.waitForNewRoot(of: child) else {
+            return (nil, "bwrap did not finish making its sandbox.")
+        }
         guard let namespace = RunningApps.userNamespace(of: child), namespace != RunningApps.userNamespace(of: getpid()) else {
             return (nil, "its sandbox has no user namespace of its own, by which the mount would know its processes.")
         }
@@ -267,6 +272,20 @@ struct Sandbox {
         let length = clinux_getxattr(container, MountLocator.socketAttribute, &buffer, buffer.count)
         guard length > 0 else { return nil }
         return String(decoding: buffer[..<length], as: UTF8.self)
+    }
+
+    /// Waits (up to 30 s) until `child` has changed its root, which bwrap does once every bind is
+    /// made; false if it died first.
+    static func waitForNewRoot(of child: pid_t) -> Bool {
+        var own = stat(), theirs = stat()
+        guard stat("/", &own) == 0 else { return false }
+        let root = "/proc/\(child)/root/"
+        for _ in 0..<30_000 {
+            guard stat(root, &theirs) == 0 else { return false }
+            if theirs.st_dev != own.st_dev || theirs.st_ino != own.st_ino { return true }
+            usleep(1000)
+        }
+        return false
     }
 
     /// bubblewrap writes `{"child-pid": N}` to the info descriptor once the sandbox exists.
