@@ -138,8 +138,8 @@ extension ContainerFileSystem {
         // An editor's save (a new file renamed over the old one) is a change of the old one, not a deletion.
         let savesOver = replacing && flags & RENAME_EXCHANGE == 0
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
-        // An empty file is not kept as a version (docs/versions.md).
-        let replacesContent = savesOver && destination.st_size > 0
+        // What such a save replaces is kept as a version, unless it is empty (docs/versions.md).
+        let keepsReplaced = savesOver && destination.st_size > 0
         func operation() -> CoordinatedOperation {
             let sourcePath = nodes.itemPath(of: from, appending: oldName.bytes)
             let destinationPath = nodes.itemPath(of: to, appending: newOwned.bytes)
@@ -153,7 +153,7 @@ extension ContainerFileSystem {
                 newOwned.withPointer { newPointer in
                     if replacing && flags & RENAME_EXCHANGE == 0 { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
-                    if savesOver, replacesContent, let versions = self.shadows.versions,
+                    if keepsReplaced, let versions = self.shadows.versions,
                        let place = versions.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) {
                         version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place) }
                     }

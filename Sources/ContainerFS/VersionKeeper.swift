@@ -38,15 +38,16 @@ public final class VersionKeeper: @unchecked Sendable {
     }
 
     /// Where `node`'s versions go, if they are kept: files in Documents and Library (not Caches,
-    /// tmp or the Inbox). Asked when it is replaced, since a later rename changes it.
+    /// tmp or the Inbox). Asked when it is replaced, since a later rename changes it. (A mount that
+    /// keeps no versions has no keeper.)
     func place(of node: Node, in nodes: NodeTable) -> ItemPath? {
-        guard limits.count > 0, node.zone == .data else { return nil }
+        guard node.zone == .data else { return nil }
         return nodes.itemPath(of: node)
     }
 
     /// Where the versions of the item `name` in `parent` go, if they are kept.
     func place(ofName name: [UInt8], in parent: Node, nodes: NodeTable) -> ItemPath? {
-        guard limits.count > 0, name.withUnsafeBytes({ parent.zone.child(named: $0) }) == .data else { return nil }
+        guard name.withUnsafeBytes({ parent.zone.child(named: $0) }) == .data else { return nil }
         return nodes.itemPath(of: parent, appending: name)
     }
 

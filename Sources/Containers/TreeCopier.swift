@@ -3,7 +3,7 @@ import Foundation
 
 /// Copies a directory tree as it is: regular files, directories and symlinks (never followed),
 /// with their modes and modification times. Other kinds of file are refused.
-enum TreeCopier {
+public enum TreeCopier {
     static func copy(from source: String, to destination: String) throws {
         let sourceFD = open(source, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard sourceFD >= 0 else { throw posixError("open", source) }
@@ -67,7 +67,7 @@ enum TreeCopier {
     }
 
     /// Copies file data: a reflink where the filesystem can, else in-kernel with sendfile.
-    static func copyData(from source: Int32, to destination: Int32, path: String) throws {
+    public static func copyData(from source: Int32, to destination: Int32, path: String) throws {
         if clinux_ficlone(destination, source) == 0 { return }
         while true {
             let copied = sendfile(destination, source, nil, 1 << 30)

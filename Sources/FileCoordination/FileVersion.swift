@@ -107,22 +107,14 @@ public final class FileVersion: @unchecked Sendable, Equatable, CustomStringConv
         guard fstat(source, &attributes) == 0 else { throw FileVersion.error(errno, self.url) }
         let destination = Glibc.open(url.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, attributes.st_mode & 0o7777)
         guard destination >= 0 else { throw FileVersion.error(errno, url) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        var failure: Int32 = 0
-        copying: while true {
-            let count = read(source, &buffer, buffer.count)
-            if count < 0 { if errno == EINTR { continue }; failure = errno; break }
-            if count == 0 { break }
-            var written = 0
-            while written < count {
-                let result = buffer.withUnsafeBytes { write(destination, $0.baseAddress! + written, count - written) }
-                if result < 0 { if errno == EINTR { continue }; failure = errno; break copying }
-                written += result
-            }
-        }
+        var failure: (any Error)?
+        do { try TreeCopier.copyData(from: source, to: destination, path: url.path) } catch { failure = error }
         // The close publishes in a mount: its error is the replacement's.
-        if close(destination) != 0, failure == 0 { failure = errno }
-        guard failure == 0 else { throw FileVersion.error(failure, url) }
+        if close(destination) != 0, failure == nil { failure = FileVersion.error(errno, url) }
+        if let failure {
+            throw failure is CocoaError ? failure
+                : CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: url.path, NSUnderlyingErrorKey: failure])
+        }
         if options.contains(.byMoving) { try remove() }
         return url
     }
