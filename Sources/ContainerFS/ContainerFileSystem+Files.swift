@@ -121,9 +121,15 @@ extension ContainerFileSystem {
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
             if node.sharing.writerJoined() { nodes.writerArrived(at: node.key) }
             let session = current ?? WriteSession()
-            if truncating { shadows.discard(session) }
-            // A truncating writer's shadow is a new, empty file.
-            let error = shadows.prepare(session, of: node, truncated: truncating)
+            if truncating {
+                shadows.discard(session)
+            } else if session.log != nil {
+                // A log serves one writer: a second one shares an ordinary shadow.
+                let error = shadows.convertLog(session, of: node)
+                if error != 0 { return error }
+            }
+            // A truncating writer's shadow is a new, empty file; the first writer of a large file may log.
+            let error = shadows.prepare(session, of: node, truncated: truncating, mayLog: current == nil)
             if error == 0, truncating { session.dirty = true }
             guard error == 0 else {
                 if current == nil { shadows.discard(session) }
@@ -348,6 +354,11 @@ extension ContainerFileSystem {
         }
         return handle.node.withSession { current in
             guard let session = current else { return EBADF }
+            // Reads, seeks and fallocate need the file's data: a logged rewrite becomes an ordinary one.
+            if session.log != nil {
+                let error = shadows.convertLog(session, of: handle.node)
+                if error != 0 { return error }
+            }
             if session.shadow < 0 {
                 let error = shadows.prepare(session, of: handle.node, truncated: false)
                 if error != 0 { return error }
@@ -373,6 +384,15 @@ extension ContainerFileSystem {
         let handle = Handle.get(file, as: OpenFile.self)
         let firstWrite = !handle.wrote
         handle.wrote = true
+        if handle.writesThroughSession, !handle.appends,
+           let logged = writeToLog(handle, data, offset: offset, writer: file.lockOwner,
+                                   clearingSetID: firstWrite && request.caller.uid != 0) {
+            guard logged >= 0 else {
+                failSession(of: handle, with: Int32(-logged))
+                return request.reply(error: Int32(-logged))
+            }
+            return request.reply(written: logged)
+        }
         var written = 0
         let error = withDescriptor(of: handle, writer: file.lockOwner) { descriptor in
             if firstWrite, request.caller.uid != 0 {
@@ -390,6 +410,28 @@ extension ContainerFileSystem {
             return request.reply(error: Int32(-written))
         }
         request.reply(written: written)
+    }
+
+    /// A write to a session whose rewrite is logged (`Shadows.logWrite`): the bytes written, or
+    /// -errno. Nil when the session has no log.
+    private func writeToLog(_ handle: OpenFile, _ data: UnsafeMutablePointer<fuse_bufvec>, offset: off_t, writer: UInt64,
+                            clearingSetID: Bool) -> Int? {
+        handle.node.withSession { current in
+            guard let session = current else { return nil }
+            // The first write after a publish (an fsync) starts the next log, for a writer alone.
+            if session.shadow < 0, session.writers == 1 {
+                let error = shadows.prepare(session, of: handle.node, truncated: false, mayLog: true)
+                if error != 0 { return -Int(error) }
+            }
+            guard let log = session.log else { return nil }
+            if clearingSetID {
+                let error = Backing.clearSetID(log.original)
+                if error != 0 { return -Int(error) }
+            }
+            session.dirty = true
+            session.lastWriter = writer
+            return shadows.logWrite(session, data, at: offset)
+        }
     }
 
     /// A write that failed (a full disk) spoils the session's shadow: none of it is published.

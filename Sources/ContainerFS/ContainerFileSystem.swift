@@ -48,14 +48,15 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// zone is `.mountRoot` (a whole store) or `.containerRoot` (one app).
     /// `shadowDirectory` is an open directory in the store's work space, on the store's filesystem.
     public init(rootDescriptor: Int32, rootZone: Zone, rootApp: AppID?, seals: [SealReport],
-                coordination: MountCoordination, shadowDirectory: Int32, versions: VersionKeeper? = nil,
+                coordination: MountCoordination, shadowDirectory: Int32, largeFile: off_t = 64 << 20,
+                versions: VersionKeeper? = nil,
                 timeouts: CacheTimeouts = CacheTimeouts()) throws {
         let (attributes, error) = Backing.attributes(of: rootDescriptor)
         guard error == 0 else { throw FuseError("cannot read the store's root: \(String(cString: strerror(error)))") }
         nodes = NodeTable(root: Node(descriptor: rootDescriptor, attributes: attributes, exposedInode: UInt64(attributes.st_ino),
                                      zone: rootZone, parent: nil, name: []))
         self.coordination = coordination
-        shadows = Shadows(directory: shadowDirectory, versions: versions)
+        shadows = Shadows(directory: shadowDirectory, logThreshold: largeFile, versions: versions)
         versions?.announce = { [coordination] version, path in coordination.announceVersion(version, of: path) }
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
@@ -189,6 +190,12 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             let shadowAttributes = node.withSession { session -> stat? in
                 guard let session, session.shadow >= 0 else { return nil }
                 var attributes = stat()
+                if let log = session.log {
+                    // A logged rewrite: the file, at the size the writer made it.
+                    guard fstat(log.original, &attributes) == 0 else { return nil }
+                    attributes.st_size = log.size
+                    return attributes
+                }
                 guard fstat(session.shadow, &attributes) == 0 else { return nil }
                 // A fresh file's mark in the shadow directory is not a link anyone made.
                 if session.fresh { attributes.st_nlink -= 1 }
@@ -228,8 +235,10 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             // truncate(2) looks the name up again on ESTALE, for a node of its own.
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
             let session = current ?? WriteSession()
-            var error = shadows.prepare(session, of: node, truncated: size == 0)
-            if error == 0 { error = Backing.check(ftruncate(session.shadow, size)) }
+            var error = shadows.prepare(session, of: node, truncated: size == 0, mayLog: current == nil)
+            if error == 0 {
+                error = session.log != nil ? shadows.logTruncate(session, to: size) : Backing.check(ftruncate(session.shadow, size))
+            }
             guard error == 0 else { return error }
             session.dirty = true
             guard current == nil else { return 0 }
@@ -249,7 +258,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         }
         guard error == 0, node.isRegularFile else { return error }
         return node.withSession { session in
-            guard let session, session.shadow >= 0, !session.fresh else { return 0 }
+            // A log holds no attributes: the file it applies to took them.
+            guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
             return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
         }
     }

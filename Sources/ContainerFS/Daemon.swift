@@ -33,6 +33,9 @@ public struct MountConfiguration {
     public var passthrough = true
     /// How many previous versions of each file are kept, and for how long (docs/versions.md).
     public var versionLimits = VersionLimits()
+    /// Files at least this large are rewritten through a redo log, where the store's filesystem
+    /// cannot reflink them, when a writer changes part of them (docs/atomic-replace.md).
+    public var largeFile: off_t = 64 << 20
 
     public init(store: Store, app: AppID?, mountPoint: String) {
         self.store = store
@@ -110,6 +113,7 @@ public enum Daemon {
                                                  rootApp: configuration.app,
                                                  seals: checkSeals(apps, of: store, logger: logger),
                                                  coordination: coordination, shadowDirectory: shadowDirectory,
+                                                 largeFile: configuration.largeFile,
                                                  versions: configuration.versionLimits.count == 0 ? nil
                                                      : VersionKeeper(store: store, limits: configuration.versionLimits,
                                                                      rootApp: configuration.app?.rawValue,
@@ -197,6 +201,15 @@ public enum Daemon {
         let shadows = store.workPath + "/shadows"
         let live = Set(MountRegistry.active(in: store).map { String($0.pid) })
         for leftover in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where !live.contains(leftover) {
+            // A committed rewrite of a large file must reach its file before anyone reads it.
+            let recovery = DeltaLog.recover(inDirectoryAt: shadows + "/" + leftover)
+            guard recovery == 0 else {
+                throw ContainerError("""
+                    \(shadows)/\(leftover): a rewrite of a large file was committed but cannot be applied \
+                    (\(String(cString: strerror(recovery)))); until it is, that file may be incomplete. Fix what \
+                    the error names (the store's disk), then mount again.
+                    """)
+            }
             try? ShadowDirectory.remove(atPath: shadows + "/" + leftover)
         }
         let own = shadows + "/\(getpid())"

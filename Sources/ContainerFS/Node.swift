@@ -241,12 +241,13 @@ final class Node: @unchecked Sendable {
     var isDetached: Bool { detachedFlag.load(ordering: .acquiring) }
 
     /// Marks the node detached and pins its item, so that it keeps answering for that version
-    /// whatever later happens to the name.
-    fileprivate func markDetached() {
-        detachedFlag.store(true, ordering: .releasing)
-        guard !holdsItem else { return }
+    /// whatever later happens to the name. False if it was detached already.
+    fileprivate func markDetached() -> Bool {
+        guard !detachedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return false }
+        guard !holdsItem else { return true }
         let descriptor = openByName()
         if descriptor >= 0, !pin(descriptor) { close(descriptor) }
+        return true
     }
 
     /// Whether the node holds a descriptor on its item, which then keeps its inode number.
@@ -338,6 +339,9 @@ final class NodeTable: @unchecked Sendable {
         /// nodes await the writer (the kernel may forget the first before the writer's retried open
         /// reaches it; a writer that never comes is not awaited for ever).
         var awaitingWriter: [BackingKey: UInt64] = [:]
+        /// How many detached nodes of each file the kernel still holds: their readers read the
+        /// file itself, which a logged rewrite must then not change in place.
+        var detached: [BackingKey: Int] = [:]
         /// Inode numbers that survive a publish: the new backing file shows the old number.
         var aliases: [BackingKey: UInt64] = [:]
         /// Numbers still shown by aliased files, which a new backing file must not show too.
@@ -482,6 +486,9 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
+            if node.isDetached, let count = state.detached[node.key] {
+                state.detached[node.key] = count > 1 ? count - 1 : nil
+            }
             state.charged.removeValue(forKey: ObjectIdentifier(node))
             return (true, state.shrinkIfFarBelowPeak())
         }
@@ -526,9 +533,10 @@ final class NodeTable: @unchecked Sendable {
     /// node keeps their version, and the next lookup of the name makes a node for the writer. The
     /// kernel's inode is the readers' alone then, so the writer can move its size and cache no more.
     func detach(_ node: Node) {
-        node.markDetached()
+        let newly = node.markDetached()
         let now = DispatchTime.now().uptimeNanoseconds
         state.withLock { state in
+            if newly { state.detached[node.key, default: 0] += 1 }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
             if state.awaitingWriter.count >= 256 { state.awaitingWriter = state.awaitingWriter.filter { $0.value > now } }
             state.awaitingWriter[node.key] = now + NodeTable.writerAwaited
@@ -542,6 +550,11 @@ final class NodeTable: @unchecked Sendable {
     /// The writer `detach` made way for has come: the file's later nodes take cached readers again.
     func writerArrived(at key: BackingKey) {
         state.withLock { _ = $0.awaitingWriter.removeValue(forKey: key) }
+    }
+
+    /// Whether the kernel still holds a detached node of the file (`detach`).
+    func hasDetachedNodes(of key: BackingKey) -> Bool {
+        state.withLock { $0.detached[key] != nil }
     }
 
     func existing(_ key: BackingKey) -> Node? {

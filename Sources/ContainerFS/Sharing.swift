@@ -79,6 +79,9 @@ struct Sharing: Equatable {
     /// of atomic replace must leave the node to.
     var cachedReaders: Int32 { pageCacheReaders + passthroughReaders + shared }
 
+    /// Whether any handle but a write session's writers has the file open.
+    var hasOpenHandles: Bool { otherOpens + passthroughReaders > 0 }
+
     /// The handles that are not passthrough: the kernel refuses passthrough while one is open.
     private var otherOpens: Int32 { shared + pageCacheReaders + directReaders }
 

@@ -1,3 +1,4 @@
+import CFuse
 import CLinux
 import Dispatch
 import Containers
@@ -32,6 +33,19 @@ final class WriteSession {
     /// the deletion of the empty one. `shadowName` is then a second link to the file in the shadow
     /// directory, so that a daemon that dies leaves it empty (`ShadowDirectory.remove`).
     var fresh = false
+    /// A large file's rewrite kept as a redo log instead of a copy (`Shadows.logThreshold`):
+    /// `shadow` is then the log, and this the rest of its state.
+    var log: LoggedRewrite?
+}
+
+/// What a write session keeps of a rewrite logged in a `DeltaLog`.
+struct LoggedRewrite {
+    /// The file itself, open for writing: the log is applied to it.
+    let original: Int32
+    /// Where the next record goes.
+    var end: off_t = 0
+    /// The file's size as the writer sees it.
+    var size: off_t
 }
 
 /// Makes, publishes and discards shadows in the daemon's own directory in the store's work space.
@@ -60,9 +74,13 @@ final class Shadows: @unchecked Sendable {
     /// Where previous versions go instead of being removed; nil keeps none.
     let versions: VersionKeeper?
 
-    init(directory: Int32, versions: VersionKeeper? = nil) {
+    init(directory: Int32, logThreshold: off_t, versions: VersionKeeper? = nil) {
         self.directory = directory
+        self.logThreshold = logThreshold
         self.versions = versions
+        // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
+        // default is to end the process: the daemon needs no signal, the open waits for the lease.
+        signal(SIGIO, SIG_IGN)
     }
 
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
@@ -165,12 +183,30 @@ final class Shadows: @unchecked Sendable {
         return 0
     }
 
+    /// Files this large are rewritten through a redo log (`DeltaLog`) where the filesystem cannot
+    /// reflink them: a copy of the whole file would cost far more than the few changes a program
+    /// that opens one without truncating it makes (docs/atomic-replace.md, "Large files").
+    let logThreshold: off_t
+
     /// Gives `session` a shadow of `node`'s published file: empty when `truncated`, else a copy
     /// (a reflink where the filesystem has them). The shadow keeps the file's mode, owner and xattrs.
-    func prepare(_ session: WriteSession, of node: Node, truncated: Bool) -> Int32 {
+    /// With `mayLog`, a large file that cannot be reflinked gets a redo log instead of a copy.
+    func prepare(_ session: WriteSession, of node: Node, truncated: Bool, mayLog: Bool = false) -> Int32 {
         guard session.shadow < 0 else { return 0 }
-        guard let (shadow, name) = makeShadow() else { return errno }
-        let error = fill(shadow, from: node, copyingData: !truncated)
+        guard let made = makeShadow() else { return errno }
+        let shadow = made.descriptor
+        var name = made.name
+        var (error, logged) = fill(shadow, from: node, copyingData: !truncated, mayLog: mayLog)
+        if error == 0, logged != nil {
+            let logName = nextName("delta-")
+            if renameat(directory, name, directory, logName) == 0 {
+                name = logName
+            } else {
+                error = errno
+                if let original = logged?.original { close(original) }
+                logged = nil
+            }
+        }
         guard error == 0 else {
             close(shadow)
             unlinkat(directory, name, 0)
@@ -178,10 +214,15 @@ final class Shadows: @unchecked Sendable {
         }
         session.shadow = shadow
         session.shadowName = name
+        session.log = logged
         return 0
     }
 
-    private func fill(_ shadow: Int32, from node: Node, copyingData: Bool) -> Int32 {
+    /// Fills `shadow` with the file's data and attributes. With `mayLog`, a large file that cannot
+    /// be reflinked is left alone: the answer then holds the file open for writing, and `shadow`,
+    /// still empty, is to be its log.
+    private func fill(_ shadow: Int32, from node: Node, copyingData: Bool, mayLog: Bool = false) -> (Int32, LoggedRewrite?) {
+        var logged: LoggedRewrite?
         // An empty shadow needs only the file's attributes, which its O_PATH descriptor gives.
         let error = node.withDescriptor { descriptor -> Int32 in
             var attributes = stat()
@@ -191,6 +232,14 @@ final class Shadows: @unchecked Sendable {
                 guard original >= 0 else { return errno }
                 defer { close(original) }
                 if clinux_ficlone(shadow, original) != 0 {
+                    if mayLog, attributes.st_size >= logThreshold {
+                        // A file the daemon cannot open for writing gets a copy, as any other.
+                        let writable = Backing.withProcPath(descriptor) { open($0, O_WRONLY | O_CLOEXEC) }
+                        if writable >= 0 {
+                            logged = LoggedRewrite(original: writable, size: attributes.st_size)
+                            return 0
+                        }
+                    }
                     let error = copyData(from: original, to: shadow, size: Int(attributes.st_size))
                     if error != 0 { return error }
                 }
@@ -201,7 +250,7 @@ final class Shadows: @unchecked Sendable {
                fchown(shadow, attributes.st_uid, attributes.st_gid) != 0 { return errno }
             return Backing.withProcPath(descriptor) { copyExtendedAttributes(from: $0, to: shadow) }
         }
-        return error < 0 ? errno : error
+        return (error < 0 ? errno : error, logged)
     }
 
     private static let daemonIsRoot = geteuid() == 0
@@ -275,6 +324,20 @@ final class Shadows: @unchecked Sendable {
         }
         guard session.dirty else { return 0 }
         session.dirty = false
+        if let log = session.log {
+            // Applied in place only when no one else has the file open, through this node or one
+            // left to its readers: they keep their version. A write lease holds back other opens
+            // of the file meanwhile, and is refused while someone has it open for writing.
+            let alone = !node.sharing.hasOpenHandles && !nodes.hasDetachedNodes(of: node.key)
+            let lease = alone ? clinux_set_lease(log.original, 1) : -1
+            // Where leases are not to be had (turned off, or a file of another owner), the
+            // daemon's own count decides.
+            if alone, lease == 0 || (errno != EAGAIN && errno != EBUSY) {
+                return publishLog(session, leased: lease == 0)
+            }
+            let error = convertLog(session, of: node)
+            if error != 0 { return error }
+        }
         if durably, fsync(session.shadow) != 0 { return errno }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
@@ -381,10 +444,106 @@ final class Shadows: @unchecked Sendable {
         }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
+        if let log = session.log { close(log.original) }
+        session.log = nil
         session.shadow = -1
         session.shadowName = []
         session.dirty = false
         session.fresh = false
+    }
+
+    // MARK: Rewrites of large files, through a redo log
+
+    /// Appends a write of `data` at `offset` to the session's log. Returns the bytes written, or -errno.
+    func logWrite(_ session: WriteSession, _ data: UnsafeMutablePointer<fuse_bufvec>, at offset: off_t) -> Int {
+        guard let log = session.log else { return -Int(EBADF) }
+        // The data first: a header never names data that is not there.
+        let written = cfuse_write_buf_to_fd(data, session.shadow, log.end + off_t(DeltaLog.headerSize))
+        guard written >= 0 else { return written }
+        let error = DeltaLog.writeHeader(session.shadow, at: log.end, kind: .write, offset: offset, length: off_t(written))
+        guard error == 0 else { return -Int(error) }
+        session.log?.end += off_t(DeltaLog.headerSize + written)
+        session.log?.size = max(log.size, offset + off_t(written))
+        return written
+    }
+
+    /// Appends a truncation (or extension) to `size` to the session's log.
+    func logTruncate(_ session: WriteSession, to size: off_t) -> Int32 {
+        guard var log = session.log else { return EBADF }
+        let error = DeltaLog.appendTruncate(session.shadow, end: &log.end, size: size)
+        if error == 0 {
+            log.size = size
+            session.log = log
+        }
+        return error
+    }
+
+    /// Turns a logged rewrite into an ordinary one: a copy of the file (a reflink where possible)
+    /// with the log applied becomes the shadow. For what the log cannot serve: reads through a
+    /// writer, a second writer, a publish while others have the file open.
+    func convertLog(_ session: WriteSession, of node: Node) -> Int32 {
+        guard let log = session.log else { return 0 }
+        guard let (copy, name) = makeShadow() else { return errno }
+        var (error, _) = fill(copy, from: node, copyingData: true)
+        if error == 0 {
+            let (records, _, readError) = DeltaLog.records(of: session.shadow)
+            error = readError != 0 ? readError : DeltaLog.apply(records, of: session.shadow, to: copy)
+        }
+        guard error == 0 else {
+            close(copy)
+            unlinkat(directory, name, 0)
+            return error
+        }
+        close(log.original)
+        close(session.shadow)
+        unlinkat(directory, session.shadowName, 0)
+        session.log = nil
+        session.shadow = copy
+        session.shadowName = name
+        return 0
+    }
+
+    /// Publishes a logged rewrite (docs/atomic-replace.md, "Large files"): commits the log (with a
+    /// link to the file beside it), applies it to the file, syncs the file, then retires the log.
+    /// Always durable: a log may not be retired before the file holds what it says. `leased`: the
+    /// caller took a write lease on the file, which this gives back.
+    private func publishLog(_ session: WriteSession, leased: Bool) -> Int32 {
+        guard let log = session.log else { return 0 }
+        var leased = leased
+        defer { if leased { clinux_set_lease(log.original, 0) } }
+        let (records, _, readError) = DeltaLog.records(of: session.shadow)
+        guard readError == 0 else { return readError }
+        // Blocks first: a full disk refuses the change before it is committed, never halfway.
+        var error = DeltaLog.reserve(records, in: log.original)
+        guard error == 0 else { return error }
+        var target = session.shadowName
+        target.removeLast()
+        target += DeltaLog.targetSuffix.utf8.map { CChar(bitPattern: $0) } + [0]
+        guard Backing.withProcPath(log.original, { linkat(AT_FDCWD, $0, directory, target, AT_SYMLINK_FOLLOW) }) == 0 else {
+            return errno
+        }
+        var end = log.end
+        error = DeltaLog.commit(session.shadow, end: &end) { fsync(directory) == 0 ? 0 : errno }
+        guard error == 0 else {
+            unlinkat(directory, target, 0)
+            return error
+        }
+        // Committed: a failure from here on leaves the log and its link, which unmount and the next
+        // mount apply again.
+        error = DeltaLog.apply(records, of: session.shadow, to: log.original)
+        // Opens that waited for the lease see the change whole.
+        if leased {
+            leased = false
+            if clinux_set_lease(log.original, 0) != 0, error == 0 { error = errno }
+        }
+        if error == 0, fsync(log.original) != 0 { error = errno }
+        guard error == 0 else {
+            session.shadowName = []
+            return error
+        }
+        // The link goes first, durably: a log without it is never applied again (`DeltaLog.recover`).
+        guard unlinkat(directory, target, 0) == 0 else { return errno }
+        return fsync(directory) == 0 ? 0 : errno
     }
 
     /// Marks the session failed, so that nothing of it is published.

@@ -7,8 +7,14 @@ public enum ShadowDirectory {
     public static let freshPrefix = "fresh-"
 
     /// Removes the shadow directory of a daemon that is gone. Its shadows are unpublished writes;
-    /// the files it was writing in place since creating them are emptied back to their published version.
+    /// the files it was writing in place since creating them are emptied back to their published
+    /// version. Committed logs of large files' rewrites are applied first (`DeltaLog`); a directory
+    /// holding one that cannot be applied stays, and the error says why.
     public static func remove(atPath path: String) throws {
+        let recovery = DeltaLog.recover(inDirectoryAt: path)
+        guard recovery == 0 else {
+            throw POSIXError(POSIXErrorCode(rawValue: recovery) ?? .EIO)
+        }
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] where name.hasPrefix(freshPrefix) {
             let descriptor = open(path + "/" + name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
             if descriptor >= 0 {

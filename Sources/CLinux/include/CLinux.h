@@ -25,6 +25,8 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
 int clinux_ficlone(int destination, int source);
+/// Takes (`exclusive`: a write lease) or drops (0) a lease on `fd` (F_SETLEASE). 0, or -1 with errno.
+int clinux_set_lease(int fd, int exclusive);
 /// The parent of the user namespace open as `fd` (NS_GET_PARENT), or -1 with errno (EPERM above the caller's own).
 int clinux_ns_parent(int fd);
 int clinux_syncfs(int fd);

@@ -78,6 +78,7 @@ struct Mount: ParsableCommand {
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
         configuration.versionLimits = parsed.versionLimits
+        if let size = parsed.largeFile { configuration.largeFile = off_t(clamping: size) }
         try Daemon.run(configuration, logger: Logger(label: "containerfs"))
     }
 }
@@ -92,6 +93,7 @@ struct MountOptions {
     var presenterTimeout: Double?
     var passthrough = true
     var versionLimits = VersionLimits()
+    var largeFile: UInt64?
     var fuseOptions: [String] = []
 
     /// Options of mount(8) and fstab that mean nothing to a FUSE daemon, or that it leaves out: a
@@ -127,6 +129,8 @@ struct MountOptions {
                 store = String(option.dropFirst(6))
             } else if let (_, bytes) = try MountOptions.size(option, ["purge_below"]) {
                 purgeBelow = bytes
+            } else if let (_, bytes) = try MountOptions.size(option, ["large_file"]) {
+                largeFile = bytes
             } else if option.hasPrefix("presenter_timeout=") {
                 guard let seconds = Double(option.dropFirst(18)), seconds > 0 else {
                     throw ValidationError("presenter_timeout takes a number of seconds, such as 2.")

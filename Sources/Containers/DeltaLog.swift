@@ -1,0 +1,197 @@
+import CLinux
+import Foundation
+
+/// The redo log of a rewrite that changes part of a large file (docs/atomic-replace.md, "Large
+/// files"): what the writer wrote and truncated, in order, instead of a shadow copy of the whole
+/// file. Its publish commits the log, applies it to the file in place, syncs the file, and only
+/// then removes the log; a daemon or a machine that stops in between leaves a committed log, which
+/// the next mount (or `containerfs check`) applies again. Applying a log twice gives what applying
+/// it once does. A log without its commit record is discarded, and the file keeps its previous
+/// version.
+///
+/// Records: a 32-byte header (magic, kind, offset, length, then zeros), followed for a write by its
+/// `length` bytes of data.
+public enum DeltaLog {
+    public static let headerSize = 32
+    /// Log files in a daemon's shadow directory are named with this prefix, and the file a committed
+    /// log applies to is linked beside it under the log's name and `targetSuffix`.
+    public static let prefix = "delta-"
+    public static let targetSuffix = ".target"
+    private static let magic: UInt32 = 0x4446_5343   // "CSFD"
+
+    public enum Kind: UInt32 {
+        /// `length` bytes of data at `offset` follow the header.
+        case write = 1
+        /// The file is truncated (or extended) to `offset` bytes.
+        case truncate = 2
+        /// Everything before is durable; the log is to be applied.
+        case commit = 3
+    }
+
+    public struct Record: Equatable {
+        public let kind: Kind
+        public let offset: off_t
+        public let length: off_t
+        /// Where a write's data starts in the log.
+        public let dataPosition: off_t
+    }
+
+    /// Writes a record's header at `position`. The data of a write goes after it first, so that a
+    /// header never names data that was not written.
+    public static func writeHeader(_ log: Int32, at position: off_t, kind: Kind, offset: off_t, length: off_t) -> Int32 {
+        var header = [UInt64](repeating: 0, count: headerSize / 8)
+        header[0] = UInt64(magic) | UInt64(kind.rawValue) << 32
+        header[1] = UInt64(bitPattern: Int64(offset))
+        header[2] = UInt64(bitPattern: Int64(length))
+        let written = header.withUnsafeBytes { pwrite(log, $0.baseAddress, headerSize, position) }
+        if written == headerSize { return 0 }
+        return written < 0 ? errno : EIO
+    }
+
+    /// Appends a truncation to `size` at `end`, which it moves past the record.
+    public static func appendTruncate(_ log: Int32, end: inout off_t, size: off_t) -> Int32 {
+        let error = writeHeader(log, at: end, kind: .truncate, offset: size, length: 0)
+        if error == 0 { end += off_t(headerSize) }
+        return error
+    }
+
+    /// Commits the log: syncs what it holds, then appends and syncs the commit record. The caller
+    /// has made the log's name and its target's link durable (a sync of their directory) between.
+    public static func commit(_ log: Int32, end: inout off_t, syncingNamesWith syncNames: () -> Int32) -> Int32 {
+        guard fsync(log) == 0 else { return errno }
+        let named = syncNames()
+        guard named == 0 else { return named }
+        let error = writeHeader(log, at: end, kind: .commit, offset: 0, length: 0)
+        guard error == 0 else { return error }
+        end += off_t(headerSize)
+        return fsync(log) == 0 ? 0 : errno
+    }
+
+    /// The log's records in order, up to the first one that is missing or torn. `committed`: the
+    /// last record read is a commit.
+    public static func records(of log: Int32) -> (records: [Record], committed: Bool, error: Int32) {
+        var records: [Record] = []
+        var position: off_t = 0
+        var header = [UInt64](repeating: 0, count: headerSize / 8)
+        while true {
+            let read = header.withUnsafeMutableBytes { pread(log, $0.baseAddress, headerSize, position) }
+            if read < 0 { return (records, false, errno) }
+            guard read == headerSize, UInt32(truncatingIfNeeded: header[0]) == magic,
+                  let kind = Kind(rawValue: UInt32(truncatingIfNeeded: header[0] >> 32)) else { break }
+            let record = Record(kind: kind, offset: off_t(Int64(bitPattern: header[1])), length: off_t(Int64(bitPattern: header[2])),
+                                dataPosition: position + off_t(headerSize))
+            guard record.offset >= 0, record.length >= 0 else { break }
+            if kind == .commit { return (records, true, 0) }
+            records.append(record)
+            position = record.dataPosition + (kind == .write ? record.length : 0)
+        }
+        return (records, false, 0)
+    }
+
+    /// Applies `records` of `log` to `target`, in order.
+    public static func apply(_ records: [Record], of log: Int32, to target: Int32) -> Int32 {
+        for record in records {
+            switch record.kind {
+            case .write:
+                let error = copy(from: log, at: record.dataPosition, to: target, at: record.offset, length: record.length)
+                if error != 0 { return error }
+            case .truncate:
+                if ftruncate(target, record.offset) != 0 { return errno }
+            case .commit:
+                return 0
+            }
+        }
+        return 0
+    }
+
+    /// Reserves the blocks the writes of `records` need in `target`, so that applying them cannot
+    /// run out of space halfway (the file's size stays).
+    public static func reserve(_ records: [Record], in target: Int32) -> Int32 {
+        for record in records where record.kind == .write && record.length > 0 {
+            if clinux_fallocate(target, 1 /* FALLOC_FL_KEEP_SIZE */, record.offset, record.length) != 0 {
+                // A filesystem without fallocate gets its blocks as the data is copied.
+                if errno == EOPNOTSUPP { return 0 }
+                return errno
+            }
+        }
+        return 0
+    }
+
+    private static func copy(from source: Int32, at sourceOffset: off_t, to destination: Int32, at destinationOffset: off_t,
+                             length: off_t) -> Int32 {
+        var input = sourceOffset, output = destinationOffset
+        let end = sourceOffset + length
+        while input < end {
+            let copied = clinux_copy_file_range(source, &input, destination, &output, Int(end - input), 0)
+            if copied > 0 { continue }
+            if copied == 0 { return EIO }   // the log is shorter than its record says
+            if errno == EINTR { continue }
+            if errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP {
+                return copyByReading(from: source, at: input, to: destination, at: output, length: end - input)
+            }
+            return errno
+        }
+        return 0
+    }
+
+    private static func copyByReading(from source: Int32, at sourceOffset: off_t, to destination: Int32, at destinationOffset: off_t,
+                                      length: off_t) -> Int32 {
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        var done: off_t = 0
+        while done < length {
+            let count = buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress, min($0.count, Int(length - done)), sourceOffset + done) }
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 { return count < 0 ? errno : EIO }
+            var written = 0
+            while written < count {
+                let result = buffer.withUnsafeBytes { pwrite(destination, $0.baseAddress! + written, count - written, destinationOffset + done + off_t(written)) }
+                if result < 0, errno == EINTR { continue }
+                if result < 0 { return errno }
+                written += result
+            }
+            done += off_t(count)
+        }
+        return 0
+    }
+
+    /// Applies the committed logs that a daemon which stopped left in its shadow directory
+    /// (at `path`) to their files, syncs them, and removes the logs. Uncommitted logs are
+    /// removed (their files keep their previous version). Returns the first error; a log it could
+    /// not apply stays, for the next attempt.
+    public static func recover(inDirectoryAt path: String) -> Int32 {
+        let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return errno == ENOENT ? 0 : errno }
+        defer { close(directory) }
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch { return EIO }
+        var firstError: Int32 = 0
+        for name in names where name.hasPrefix(prefix) && !name.hasSuffix(targetSuffix) {
+            let error = recover(name, in: directory)
+            if error != 0, firstError == 0 { firstError = error }
+        }
+        return firstError
+    }
+
+    private static func recover(_ name: String, in directory: Int32) -> Int32 {
+        let log = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard log >= 0 else { return errno == ENOENT ? 0 : errno }
+        defer { close(log) }
+        let (records, committed, readError) = records(of: log)
+        guard readError == 0 else { return readError }
+        if committed {
+            let target = openat(directory, name + targetSuffix, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            // Without its target the log was being retired: the file was synced before that began.
+            if target < 0, errno != ENOENT { return errno }
+            if target >= 0 {
+                var error = apply(records, of: log, to: target)
+                if error == 0, fsync(target) != 0 { error = errno }
+                close(target)
+                if error != 0 { return error }
+            }
+        }
+        // The target's link goes first: a log whose target is gone is never applied again.
+        if unlinkat(directory, name + targetSuffix, 0) != 0, errno != ENOENT { return errno }
+        if fsync(directory) != 0 { return errno }
+        return unlinkat(directory, name, 0) == 0 || errno == ENOENT ? 0 : errno
+    }
+}

@@ -1,0 +1,161 @@
+import Containers
+import Foundation
+import Glibc
+import XCTest
+
+/// A write-only change of a large file, on a store that cannot reflink, goes through a redo log
+/// applied in place (docs/atomic-replace.md, "Large files"). The mount calls 1 MiB large here.
+final class LargeFileTests: MountedTestCase {
+    override func setUpWithError() throws {
+        mounted = try MountedStore(extraArguments: ["-o", "large_file=1M"])
+        // Where the store's filesystem reflinks, a copy costs nothing and no log is kept.
+        let probe = mounted.root.appendingPathComponent("reflink-probe").path
+        let reflinks = Shell.run("head -c 4096 /dev/urandom > \(probe) && cp --reflink=always \(probe) \(probe).2", in: mounted.root.path)
+        if reflinks.status == 0 {
+            throw XCTSkip("the store's filesystem reflinks files: a rewrite reflinks its shadow and keeps no log")
+        }
+    }
+
+    private func backingInode(_ path: String) -> String {
+        (Shell.run("stat -c %i \(Shell.quote(mounted.backing() + "/" + path))").output)
+    }
+
+    /// A file of 3 MiB with a hole in its middle.
+    private let makeLarge = """
+    python3 - <<'EOF'
+    import os
+    f = os.open("large", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.pwrite(f, bytes(range(256)) * 4096, 0)
+    os.pwrite(f, b"end of the first version" * 100, 2 * 1024 * 1024)
+    os.ftruncate(f, 3 * 1024 * 1024)
+    os.close(f)
+    EOF
+    """
+
+    func testAChangeToPartOfALargeFileEndsAsOnAPlainDirectory() {
+        everywhere(makeLarge + """
+
+        python3 - <<'EOF'
+        import os
+        f = os.open("large", os.O_WRONLY)
+        os.pwrite(f, b"first", 5)
+        os.pwrite(f, b"in the hole", 1536 * 1024)
+        os.pwrite(f, b"past the end", 4 * 1024 * 1024)
+        os.pwrite(f, b"FIRST", 5)
+        os.close(f)
+        f = os.open("large", os.O_WRONLY)
+        os.ftruncate(f, 3 * 1024 * 1024 + 7)
+        os.pwrite(f, b"after the truncation", 3 * 1024 * 1024 + 100)
+        os.close(f)
+        f = os.open("large", os.O_RDONLY)
+        size = os.fstat(f).st_size
+        print(size, os.lseek(f, 1024 * 1024 + 4096, os.SEEK_HOLE) < 1536 * 1024)
+        os.close(f)
+        EOF
+        sha256sum large | cut -c1-16
+        """)
+    }
+
+    func testAChangeToPartOfALargeFileKeepsTheFileAndCopiesNothing() {
+        sh("cd Documents && " + makeLarge)
+        let before = backingInode("Documents/large")
+        sh("printf 'changed' | dd of=Documents/large bs=1 seek=1000 conv=notrunc status=none")
+        XCTAssertEqual(backingInode("Documents/large"), before, "applied to the file itself, not published as a copy")
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=1000 count=7 status=none"), "changed")
+        XCTAssertEqual(sh("stat -c %s Documents/large"), "3145728\n")
+        // truncate(1) by name is a rewrite of its own.
+        sh("truncate -s 2M Documents/large")
+        XCTAssertEqual(backingInode("Documents/large"), before)
+        XCTAssertEqual(sh("stat -c %s Documents/large"), "2097152\n")
+        XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+    }
+
+    func testAReaderOfALargeFileKeepsItsVersionWhileAWriterChangesIt() {
+        sh("cd Documents && " + makeLarge)
+        let before = backingInode("Documents/large")
+        syscall("""
+        reader = os.open('Documents/large', os.O_RDONLY)
+        first = os.pread(reader, 4, 0)
+        writer = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(writer, b'NEW!', 0)
+        os.close(writer)
+        assert os.pread(reader, 4, 0) == first, os.pread(reader, 4, 0)
+        again = os.open('Documents/large', os.O_RDONLY)
+        assert os.pread(again, 4, 0) == b'NEW!'
+        assert os.pread(again, 24, 2 * 1024 * 1024) == b'end of the first version'
+        """, errno: 0)
+        XCTAssertNotEqual(backingInode("Documents/large"), before, "published as a copy, for the reader's sake")
+    }
+
+    func testTwoWritersOfALargeFileShareOneRewrite() {
+        sh("cd Documents && " + makeLarge)
+        syscall("""
+        one = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(one, b'one', 0)
+        two = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(two, b'two', 10)
+        os.pwrite(one, b'ONE', 20)
+        os.close(two)
+        os.close(one)
+        data = open('Documents/large', 'rb').read(23)
+        assert data[:3] == b'one' and data[10:13] == b'two' and data[20:23] == b'ONE', data
+        """, errno: 0)
+    }
+
+    func testAWriterKilledBeforeItClosesLeavesTheLargeFileAsItWas() {
+        sh("cd Documents && " + makeLarge)
+        let before = sh("sha256sum Documents/large")
+        let result = Shell.run("""
+        python3 -c "import os; f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'torn' * 1000, 0); os.kill(os.getpid(), 9)"
+        """, in: home)
+        XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status)")
+        XCTAssertEqual(sh("sha256sum Documents/large"), before)
+    }
+
+    func testALogCommittedWhenTheDaemonStoppedIsAppliedAtTheNextMount() throws {
+        sh("cd Documents && " + makeLarge)
+        let file = mounted.backing() + "/Documents/large"
+        mounted.crashDaemon()
+        // What a daemon that died between committing a log and retiring it leaves: one committed
+        // log with its target's link, and one it never committed.
+        let shadows = mounted.store.workPath + "/shadows/2147483646"
+        try FileManager.default.createDirectory(atPath: shadows, withIntermediateDirectories: true)
+        func log(_ name: String, committed: Bool, data: String, at offset: off_t) {
+            let log = open(shadows + "/" + name, O_RDWR | O_CREAT | O_EXCL, 0o600)
+            XCTAssertGreaterThanOrEqual(log, 0)
+            var end: off_t = 0
+            XCTAssertEqual(pwrite(log, data, data.utf8.count, off_t(DeltaLog.headerSize)), data.utf8.count)
+            XCTAssertEqual(DeltaLog.writeHeader(log, at: 0, kind: .write, offset: offset, length: off_t(data.utf8.count)), 0)
+            end = off_t(DeltaLog.headerSize + data.utf8.count)
+            XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: 3 * 1024 * 1024 + 1), 0)
+            if committed { XCTAssertEqual(DeltaLog.commit(log, end: &end) { 0 }, 0) }
+            close(log)
+            XCTAssertEqual(link(file, shadows + "/" + name + DeltaLog.targetSuffix), 0)
+        }
+        log("delta-1", committed: true, data: "recovered", at: 100)
+        log("delta-2", committed: false, data: "never committed", at: 200)
+        try mounted.remount()
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=100 count=9 status=none"), "recovered")
+        XCTAssertNotEqual(sh("dd if=Documents/large bs=1 skip=200 count=15 status=none"), "never committed")
+        XCTAssertEqual(sh("stat -c '%s %h' Documents/large"), "3145729 1\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shadows))
+    }
+}
+
+extension LargeFileTests {
+    func testAWriterThatSyncsAsItGoesLogsEachChange() {
+        sh("cd Documents && " + makeLarge)
+        let before = backingInode("Documents/large")
+        syscall("""
+        writer = os.open('Documents/large', os.O_WRONLY)
+        for round in range(5):
+            os.pwrite(writer, b'round %d' % round, round * 300000)
+            os.fsync(writer)
+            check = os.open('Documents/large', os.O_RDONLY)
+            assert os.pread(check, 7, round * 300000) == b'round %d' % round
+            os.close(check)
+        os.close(writer)
+        """, errno: 0)
+        XCTAssertEqual(backingInode("Documents/large"), before, "every change applied to the file itself")
+    }
+}

@@ -1,0 +1,103 @@
+@testable import Containers
+import Foundation
+import Glibc
+import XCTest
+
+/// The redo log of a large file's rewrite, without a mount.
+final class DeltaLogTests: XCTestCase {
+    private var directory = ""
+
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("deltalog-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private func file(_ name: String, _ content: String) -> Int32 {
+        let descriptor = open(directory + "/" + name, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        XCTAssertEqual(pwrite(descriptor, content, content.utf8.count, 0), content.utf8.count)
+        return descriptor
+    }
+
+    private func contents(_ name: String) -> String {
+        (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8)) ?? "<none>"
+    }
+
+    /// A log of `writes` (offset, text) then an optional truncation, committed or not.
+    private func log(_ name: String, _ writes: [(off_t, String)], truncatingTo size: off_t? = nil, committed: Bool) -> Int32 {
+        let log = open(directory + "/" + name, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        var end: off_t = 0
+        for (offset, text) in writes {
+            XCTAssertEqual(pwrite(log, text, text.utf8.count, end + off_t(DeltaLog.headerSize)), text.utf8.count)
+            XCTAssertEqual(DeltaLog.writeHeader(log, at: end, kind: .write, offset: offset, length: off_t(text.utf8.count)), 0)
+            end += off_t(DeltaLog.headerSize + text.utf8.count)
+        }
+        if let size { XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: size), 0) }
+        var namesSynced = false
+        if committed {
+            XCTAssertEqual(DeltaLog.commit(log, end: &end) { namesSynced = true; return 0 }, 0)
+            XCTAssertTrue(namesSynced)
+        }
+        return log
+    }
+
+    func testRecordsApplyInTheOrderTheyWereWritten() {
+        let target = file("target", "0123456789")
+        let log = log("delta-1", [(2, "ab"), (8, "XYZW"), (3, "c")], truncatingTo: 11, committed: false)
+        let (records, committed, error) = DeltaLog.records(of: log)
+        XCTAssertEqual(error, 0)
+        XCTAssertFalse(committed)
+        XCTAssertEqual(records.map(\.kind), [.write, .write, .write, .truncate])
+        XCTAssertEqual(DeltaLog.apply(records, of: log, to: target), 0)
+        XCTAssertEqual(contents("target"), "01ac4567XYZ")
+        // Applying again gives the same file.
+        XCTAssertEqual(DeltaLog.apply(records, of: log, to: target), 0)
+        XCTAssertEqual(contents("target"), "01ac4567XYZ")
+        close(log)
+        close(target)
+    }
+
+    func testATornRecordEndsTheLog() {
+        let log = log("delta-1", [(0, "whole")], committed: true)
+        // A second write whose header never made it, then a commit record after garbage.
+        XCTAssertEqual(pwrite(log, "garbage", 7, 37 + 32), 7)
+        let (records, committed, _) = DeltaLog.records(of: log)
+        XCTAssertEqual(records.count, 1)
+        XCTAssertTrue(committed, "the commit record right after the first write still counts")
+        XCTAssertEqual(ftruncate(log, 37 + 10), 0)
+        let torn = DeltaLog.records(of: log)
+        XCTAssertEqual(torn.records.count, 1)
+        XCTAssertFalse(torn.committed, "a commit record cut short is no commit")
+        close(log)
+    }
+
+    func testRecoveryAppliesCommittedLogsAndDropsTheOthers() {
+        close(file("committed-file", "aaaaaaaaaa"))
+        close(file("uncommitted-file", "bbbbbbbbbb"))
+        close(log("delta-1", [(1, "NEW")], committed: true))
+        close(log("delta-2", [(1, "NEW")], committed: false))
+        // A committed log whose link is gone was being retired: its file was synced already.
+        close(log("delta-3", [(5, "LATE")], committed: true))
+        XCTAssertEqual(link(directory + "/committed-file", directory + "/delta-1.target"), 0)
+        XCTAssertEqual(link(directory + "/uncommitted-file", directory + "/delta-2.target"), 0)
+        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(contents("committed-file"), "aNEWaaaaaa")
+        XCTAssertEqual(contents("uncommitted-file"), "bbbbbbbbbb")
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted()
+        XCTAssertEqual(left, ["committed-file", "uncommitted-file"])
+    }
+
+    func testReservingBlocksKeepsTheSize() {
+        let target = file("target", "0123456789")
+        let log = log("delta-1", [(4096 * 4, "far")], committed: false)
+        XCTAssertEqual(DeltaLog.reserve(DeltaLog.records(of: log).records, in: target), 0)
+        var attributes = stat()
+        XCTAssertEqual(fstat(target, &attributes), 0)
+        XCTAssertEqual(attributes.st_size, 10)
+        close(log)
+        close(target)
+    }
+}
