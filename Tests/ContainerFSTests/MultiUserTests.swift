@@ -45,6 +45,30 @@ final class MultiUserTests: MountedTestCase {
         XCTAssertEqual(mounted.output, native.output, mounted.error)
     }
 
+    func testWritingAnotherUsersFileWithACapabilityClearsIt() {
+        // Each write asks whether the file has a capability, and the daemon remembers for a moment that
+        // it had none; a capability set meanwhile is still cleared, as each way of writing shows
+        // (in place, through passthrough, a shadow, a large file's log).
+        let script = """
+        for how in rewrite live append large; do echo a > $how && chmod 666 $how; done
+        truncate -s 65M large
+        for how in rewrite live append large; do \(asUser) sh -c "echo b >> $how"; done
+        for how in rewrite live append large; do setcap cap_net_raw+ep $how; done
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("live", os.O_RDWR); os.pwrite(f, b"b", 0); os.close(f)'
+        \(asUser) sh -c 'echo b >> append'
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("large", os.O_WRONLY); os.pwrite(f, b"b", 10); os.close(f)'
+        for how in rewrite live append large; do echo "$how $(getcap $how | wc -l)"; done
+        """
+        let plain = mounted.root.appendingPathComponent("plain-capability").path
+        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
+        chmod(plain, 0o1777)
+        let native = Shell.run(script, in: plain)
+        XCTAssertEqual(native.output, "rewrite 0\nlive 0\nappend 0\nlarge 0\n", native.error)
+        let mounted = Shell.run(script, in: home + "/Documents")
+        XCTAssertEqual(mounted.output, native.output, mounted.error)
+    }
+
     func testItemsAUserMakesAreTheirsAndOnlyThose() {
         let made = Shell.run("""
         \(asUser) bash -c 'mkdir Documents/d && ln -s target Documents/l && mkfifo Documents/p && touch Documents/f &&
