@@ -254,8 +254,8 @@ def workload_fio(directory):
     wall, side = fio("randwrite", path, "randwrite", "4k", size, [f"--number_ios={ios}", "--end_fsync=1"])
     results["rand_write"] = (ios / side["iops"], f"{side['iops'] / 1000:.1f}k IOPS")
     results["rand_write_wall"] = wall
-    # Change one byte of the large file: open for writing, pwrite, close. Documents copies the whole
-    # file into a shadow at open and publishes it at close.
+    # Change one byte of the large file: open write-only, pwrite, close. Documents logs the change
+    # and applies it in place at close (a reflinked shadow where the store's filesystem has them).
     drop_caches()
     start = time.perf_counter()
     descriptor = os.open(path, os.O_WRONLY)
