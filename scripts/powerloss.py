@@ -258,6 +258,12 @@ def steps(directory, model):
     made("new", b"new file v1", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     yield "a new file, fsync, fsync of its directory"
 
+    # ext4 and XFS keep a new file's name with its fsync: so must the mount.
+    model.wrote("unlisted", b"a new file whose directory was not synced")
+    write_file(d("unlisted"), b"a new file whose directory was not synced", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    model.sync("unlisted")
+    yield "a new file, fsync (its directory not synced)"
+
     changed("new", b"rewrite v2", os.O_WRONLY | os.O_TRUNC)
     yield "an O_TRUNC rewrite, fsync"
 
@@ -404,7 +410,7 @@ def main():
     random_cuts = 2 if arguments.quick else arguments.random_cuts
     print("powerloss: seed %d" % arguments.seed)
     # A new file, a rewrite, a large file's logged change, an editor's save.
-    chosen = [1, 2, 5, 8] if arguments.quick else None
+    chosen = [2, 3, 6, 9] if arguments.quick else None
     totals = {"cuts": 0, "checked": 0, "lost": 0, "torn": 0, "unclean": 0}
     failed = False
     root = tempfile.mkdtemp(prefix="containerfs-powerloss-")

@@ -338,17 +338,19 @@ final class Shadows: @unchecked Sendable {
             let error = convertLog(session, of: node)
             if error != 0 { return error }
         }
-        if durably, fsync(session.shadow) != 0 { return errno }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
             // would make the next mount empty the file.
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
             guard durably else { return 0 }
-            // The mark's removal, then the file's name (linked in at its creation).
-            guard fsync(directory) == 0 else { return errno }
+            // The mark was a link to the file, so the file's sync carries its removal, and its name
+            // (linked in at its creation), on a journaling filesystem: the directories' syncs then
+            // find nothing left to do. Elsewhere they write what they must.
+            guard fsync(session.shadow) == 0, fsync(directory) == 0 else { return errno }
             return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
         }
+        if durably, fsync(session.shadow) != 0 { return errno }
         let parent: Node, exchanged: Bool
         switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: false) {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
