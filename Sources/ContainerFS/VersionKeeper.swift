@@ -74,15 +74,12 @@ public final class VersionKeeper: @unchecked Sendable {
         let replaced = Date()
         queue.async { [self] in
             var attributes = stat()
+            // Linked, then unlinked from the shadows: a rename out of their directory would take
+            // the lock of two directories, and contend with every publish's.
             if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0,
-               let destination = prepare(place, onFilesystemOf: directory, replacedAt: replaced) {
-                // Linked, then unlinked from the shadows: a rename out of their directory would
-                // take the lock of two directories, and contend with every publish's.
-                if linkat(directory, name, AT_FDCWD, destination, 0) == 0 {
-                    Shadows.removePrevious(name, in: directory)
-                    return retain(destination, of: place)
-                }
-                forgetPrepared(destination)
+               let destination = link(name, in: directory, at: place, replacedAt: replaced) {
+                Shadows.removePrevious(name, in: directory)
+                return retain(destination, of: place)
             }
             Shadows.removePrevious(name, in: directory)
         }
@@ -91,12 +88,21 @@ public final class VersionKeeper: @unchecked Sendable {
     /// Before an editor's save renames a file over `name` in `parent`, links the file it replaces
     /// into its versions. Returns the version's path, to remove if the rename fails.
     func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: ItemPath) -> String? {
-        guard let destination = prepare(place, onFilesystemOf: parent, replacedAt: Date()) else { return nil }
-        guard linkat(parent, name, AT_FDCWD, destination, 0) == 0 else {
+        link(name, in: parent, at: place, replacedAt: Date())
+    }
+
+    /// Links `name` in `directory` into the versions of the item at `place`: the version's path, or
+    /// nil. A versions directory removed since it was made (its last version removed through the
+    /// client library or the command) is made again, once.
+    private func link(_ name: UnsafePointer<CChar>, in directory: Int32, at place: ItemPath, replacedAt: Date) -> String? {
+        for _ in 0..<2 {
+            guard let destination = prepare(place, onFilesystemOf: directory, replacedAt: replacedAt) else { return nil }
+            if linkat(directory, name, AT_FDCWD, destination, 0) == 0 { return destination }
+            let error = errno
             forgetPrepared(destination)
-            return nil
+            guard error == ENOENT else { return nil }
         }
-        return destination
+        return nil
     }
 
     /// The save renamed over the version's file: it is kept now.

@@ -98,6 +98,19 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
     }
 
+    func testAVersionIsKeptAfterTheLastOneWasRemoved() {
+        // Removing a file's last version removes its versions directory, which the mount made and
+        // remembers: the next version makes it again.
+        let file = home + "/Documents/again.txt"
+        sh("echo one > Documents/again.txt; echo two > Documents/again.txt")
+        waitForVersions(file, count: 1)
+        XCTAssertEqual(Shell.run("\(binary) versions \(Shell.quote(file)) --remove all").status, 0)
+        XCTAssertEqual(identifiers(file).filter { !$0.isEmpty }, [])
+        sh("echo three > Documents/again.txt")
+        waitForVersions(file, count: 1)
+        XCTAssertEqual(versions(file), ["two\n"])
+    }
+
     func testVersionsGoWithTheirApp() throws {
         sh("echo a > Documents/gone.txt; echo b > Documents/gone.txt")
         waitForVersions(home + "/Documents/gone.txt", count: 1)
