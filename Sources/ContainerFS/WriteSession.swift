@@ -328,12 +328,11 @@ final class Shadows: @unchecked Sendable {
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
             // of the file meanwhile, and is refused while someone has it open for writing.
-            let alone = !node.sharing.hasOpenHandles && !nodes.hasDetachedNodes(of: node.key)
-            let lease = alone ? clinux_set_lease(log.original, 1) : -1
-            // Where leases are not to be had (turned off, or a file of another owner), the
-            // daemon's own count decides.
-            if alone, lease == 0 || (errno != EAGAIN && errno != EBUSY) {
-                return publishLog(session, leased: lease == 0)
+            if !node.sharing.hasOpenHandles, !nodes.hasDetachedNodes(of: node.key) {
+                let leased = clinux_set_lease(log.original, 1) == 0
+                // Where leases are not to be had (turned off, or a file of another owner), the
+                // daemon's own count decides.
+                if leased || (errno != EAGAIN && errno != EBUSY) { return publishLog(session, leased: leased) }
             }
             let error = convertLog(session, of: node)
             if error != 0 { return error }
@@ -530,15 +529,18 @@ final class Shadows: @unchecked Sendable {
             unlinkat(directory, target, 0)
             return error
         }
-        // Committed: a failure from here on leaves the log and its link, which unmount and the next
-        // mount apply again.
-        error = DeltaLog.apply(records, of: session.shadow, to: log.original)
+        // Committed: the change is the file's now. A failure from here on (the disk failing) is
+        // tried once more, then leaves the log and its link, which unmount and the next mount apply.
+        for _ in 0..<2 {
+            error = DeltaLog.apply(records, of: session.shadow, to: log.original)
+            if error == 0, fsync(log.original) != 0 { error = errno }
+            if error == 0 { break }
+        }
         // Opens that waited for the lease see the change whole.
         if leased {
             leased = false
             if clinux_set_lease(log.original, 0) != 0, error == 0 { error = errno }
         }
-        if error == 0, fsync(log.original) != 0 { error = errno }
         guard error == 0 else {
             session.shadowName = []
             return error
