@@ -36,13 +36,19 @@ final class MultiUserTests: MountedTestCase {
         \(asUser) sh -c 'echo b >> append && truncate -s 0 truncate'
         stat -c '%a %n' rewrite append truncate
         """
-        let plain = mounted.root.appendingPathComponent("plain-setid").path
+        inSharedDirectories(script, expected: "777 rewrite\n777 append\n777 truncate\n")
+    }
+
+    /// Runs `script` in a plain directory that everyone may write (sticky, as /tmp), where it must
+    /// print `expected`, then in Documents, where it must print the same.
+    private func inSharedDirectories(_ script: String, expected: String, line: UInt = #line) {
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString.prefix(8))").path
         XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
         chmod(plain, 0o1777)
         let native = Shell.run(script, in: plain)
-        XCTAssertEqual(native.output, "777 rewrite\n777 append\n777 truncate\n", native.error)
+        XCTAssertEqual(native.output, expected, native.error, line: line)
         let mounted = Shell.run(script, in: home + "/Documents")
-        XCTAssertEqual(mounted.output, native.output, mounted.error)
+        XCTAssertEqual(mounted.output, native.output, mounted.error, line: line)
     }
 
     func testWritingAnotherUsersFileWithACapabilityClearsIt() {
@@ -60,13 +66,7 @@ final class MultiUserTests: MountedTestCase {
         \(asUser) /usr/bin/python3 -c 'import os; f = os.open("large", os.O_WRONLY); os.pwrite(f, b"b", 10); os.close(f)'
         for how in rewrite live append large; do echo "$how $(getcap $how | wc -l)"; done
         """
-        let plain = mounted.root.appendingPathComponent("plain-capability").path
-        XCTAssertNoThrow(try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true))
-        chmod(plain, 0o1777)
-        let native = Shell.run(script, in: plain)
-        XCTAssertEqual(native.output, "rewrite 0\nlive 0\nappend 0\nlarge 0\n", native.error)
-        let mounted = Shell.run(script, in: home + "/Documents")
-        XCTAssertEqual(mounted.output, native.output, mounted.error)
+        inSharedDirectories(script, expected: "rewrite 0\nlive 0\nappend 0\nlarge 0\n")
     }
 
     func testItemsAUserMakesAreTheirsAndOnlyThose() {
