@@ -120,11 +120,32 @@ def write_config(path, settings):
 
 
 def kill_test(test):
-    """Kills a test that hangs, with everything it started: check then goes on to the next."""
+    """Kills a test that hangs, with everything it started, however deep (a program run in a
+    pipeline is a grandchild, and one left alive keeps the test filesystem busy for every later
+    test's remount): check then goes on to the next."""
     found = subprocess.run(["pgrep", "-f", "/tests/" + test + "$"], capture_output=True, text=True).stdout.split()
+    tree = []
     for pid in found:
-        subprocess.run(["pkill", "-KILL", "-P", pid])
-        subprocess.run(["kill", "-KILL", pid], stderr=subprocess.DEVNULL)
+        tree += [pid] + descendants(pid)
+    # Stopped first, so that none starts another meanwhile.
+    for signal_name in ("-STOP", "-KILL"):
+        for pid in tree:
+            subprocess.run(["kill", signal_name, pid], stderr=subprocess.DEVNULL)
+
+
+def descendants(pid):
+    """The processes below `pid`, children first."""
+    children = {}
+    listing = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        child, parent = line.split()
+        children.setdefault(parent, []).append(child)
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(0), []):
+            found.append(child)
+            pending.append(child)
+    return found
 
 
 def check(suite, config, base, tests, log, limit):
