@@ -277,16 +277,10 @@ final class Shadows: @unchecked Sendable {
         return ftruncate(destination, off_t(size)) == 0 ? 0 : errno
     }
 
+    /// Copies the file's bytes from `start` to `end` to the same place in the shadow. A file that
+    /// shrank meanwhile is copied as far as it goes.
     private func copyRange(from source: Int32, to destination: Int32, start: Int, end: Int) -> Int32 {
-        var input = off_t(start), output = off_t(start)
-        while input < off_t(end) {
-            let copied = clinux_copy_file_range(source, &input, destination, &output, end - Int(input), 0)
-            if copied > 0 { continue }
-            if copied == 0 { return 0 }   // the file shrank meanwhile
-            if errno == EINTR { continue }
-            return errno
-        }
-        return 0
+        FileData.copy(from: source, at: off_t(start), to: destination, at: off_t(start), length: off_t(end - start), ifSourceEnds: 0)
     }
 
     /// Copies every extended attribute of the item at `source` (a path) to `destination`.

@@ -93,7 +93,9 @@ public enum DeltaLog {
         for record in records {
             switch record.kind {
             case .write:
-                let error = copy(from: log, at: record.dataPosition, to: target, at: record.offset, length: record.length)
+                // A log shorter than its record says is no log to trust.
+                let error = FileData.copy(from: log, at: record.dataPosition, to: target, at: record.offset,
+                                          length: record.length, ifSourceEnds: EIO)
                 if error != 0 { return error }
             case .truncate:
                 if ftruncate(target, record.offset) != 0 { return errno }
@@ -113,43 +115,6 @@ public enum DeltaLog {
                 if errno == EOPNOTSUPP { return 0 }
                 return errno
             }
-        }
-        return 0
-    }
-
-    private static func copy(from source: Int32, at sourceOffset: off_t, to destination: Int32, at destinationOffset: off_t,
-                             length: off_t) -> Int32 {
-        var input = sourceOffset, output = destinationOffset
-        let end = sourceOffset + length
-        while input < end {
-            let copied = clinux_copy_file_range(source, &input, destination, &output, Int(end - input), 0)
-            if copied > 0 { continue }
-            if copied == 0 { return EIO }   // the log is shorter than its record says
-            if errno == EINTR { continue }
-            if errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP {
-                return copyByReading(from: source, at: input, to: destination, at: output, length: end - input)
-            }
-            return errno
-        }
-        return 0
-    }
-
-    private static func copyByReading(from source: Int32, at sourceOffset: off_t, to destination: Int32, at destinationOffset: off_t,
-                                      length: off_t) -> Int32 {
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        var done: off_t = 0
-        while done < length {
-            let count = buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress, min($0.count, Int(length - done)), sourceOffset + done) }
-            if count < 0, errno == EINTR { continue }
-            if count <= 0 { return count < 0 ? errno : EIO }
-            var written = 0
-            while written < count {
-                let result = buffer.withUnsafeBytes { pwrite(destination, $0.baseAddress! + written, count - written, destinationOffset + done + off_t(written)) }
-                if result < 0, errno == EINTR { continue }
-                if result < 0 { return errno }
-                written += result
-            }
-            done += off_t(count)
         }
         return 0
     }

@@ -39,3 +39,23 @@ enum LinuxCalls {
         value.withUnsafeBytes { clinux_fsetxattr(fd, name, $0.baseAddress, value.count, 0) }
     }
 }
+
+/// File data copied by the kernel.
+public enum FileData {
+    /// Copies `length` bytes at `sourceOffset` of `source` to `destinationOffset` of `destination`
+    /// (copy_file_range, which the kernel does itself, a reflink where it can, for two files of one
+    /// filesystem, as a store's are). 0, or an errno; `ifSourceEnds` when the source ends first.
+    public static func copy(from source: Int32, at sourceOffset: off_t, to destination: Int32, at destinationOffset: off_t,
+                            length: off_t, ifSourceEnds: Int32) -> Int32 {
+        var input = sourceOffset, output = destinationOffset
+        let end = sourceOffset + length
+        while input < end {
+            let copied = clinux_copy_file_range(source, &input, destination, &output, Int(end - input), 0)
+            if copied > 0 { continue }
+            if copied == 0 { return ifSourceEnds }
+            if errno == EINTR { continue }
+            return errno
+        }
+        return 0
+    }
+}

@@ -175,3 +175,25 @@ extension LargeFileTests {
         XCTAssertEqual(backingInode("Documents/large"), before, "every change applied to the file itself")
     }
 }
+
+extension LargeFileTests {
+    func testAMountThatCannotApplyACommittedLogRefusesToStartAndSaysWhy() throws {
+        mounted.crashDaemon()
+        let shadows = mounted.store.workPath + "/shadows/2147483645"
+        try FileManager.default.createDirectory(atPath: shadows + "/delta-1" + DeltaLog.targetSuffix, withIntermediateDirectories: true)
+        let log = open(shadows + "/delta-1", O_RDWR | O_CREAT | O_EXCL, 0o600)
+        var end: off_t = 0
+        XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: 1), 0)
+        XCTAssertEqual(DeltaLog.commit(log, end: &end) { 0 }, 0)
+        close(log)
+        // Its target is a directory, which no log applies to.
+        XCTAssertThrowsError(try mounted.remount()) { error in
+            XCTAssertTrue("\(error)".contains("was committed but cannot be applied"), "\(error)")
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: shadows + "/delta-1"), "the log stays for the next attempt")
+        // Once the store's owner has dealt with it, the store mounts.
+        try FileManager.default.removeItem(atPath: shadows)
+        try mounted.remount()
+        XCTAssertTrue(mounted.isMounted)
+    }
+}
