@@ -8,8 +8,9 @@ public enum ShadowDirectory {
 
     /// Removes the shadow directory of a daemon that is gone. Its shadows are unpublished writes;
     /// the files it was writing in place since creating them are emptied back to their published
-    /// version. Committed logs of large files' rewrites are applied first (`DeltaLog`); a directory
-    /// holding one that cannot be applied stays, and the error says why.
+    /// version. Committed logs of large files' rewrites are applied first (`DeltaLog`). A directory
+    /// holding a log that cannot be applied, or a file that cannot be emptied, stays (its marks are
+    /// what says what to do), and the error says why.
     public static func remove(atPath path: String) throws {
         let recovery = DeltaLog.recover(inDirectoryAt: path)
         guard recovery == 0 else {
@@ -17,10 +18,13 @@ public enum ShadowDirectory {
         }
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] where name.hasPrefix(freshPrefix) {
             let descriptor = open(path + "/" + name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-            if descriptor >= 0 {
-                _ = ftruncate(descriptor, 0)
-                close(descriptor)
+            guard descriptor >= 0 else {
+                if errno == ENOENT { continue }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
             }
+            let emptied = ftruncate(descriptor, 0) == 0 ? 0 : errno
+            close(descriptor)
+            guard emptied == 0 else { throw POSIXError(POSIXErrorCode(rawValue: emptied) ?? .EIO) }
         }
         try FileManager.default.removeItem(atPath: path)
     }
