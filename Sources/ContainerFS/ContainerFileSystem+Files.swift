@@ -345,29 +345,45 @@ extension ContainerFileSystem {
         node.withSession { if let session = $0 { shadows.endFresh(session, of: node, in: nodes) } }
     }
 
+    /// Where a handle's writes go now.
+    private enum WriteTarget {
+        /// Its own descriptor, or its session's shadow.
+        case descriptor(Int32)
+        /// Its session's log (`Shadows.logWrite`).
+        case log(WriteSession)
+    }
+
     /// Runs `body` with the descriptor a handle reads and writes now: its own, or its session's shadow
     /// (made again after a publish). The session stays locked meanwhile, so no publish closes it.
     private func withDescriptor(of handle: OpenFile, writer: UInt64? = nil, _ body: (Int32) -> Void) -> Int32 {
+        withTarget(of: handle, writer: writer, logging: false) { target in
+            if case .descriptor(let descriptor) = target { body(descriptor) }
+        }
+    }
+
+    /// As `withDescriptor`; with `logging` (a write), a session may keep (or start, for a writer
+    /// alone) a log instead of a shadow. Reads, seeks and fallocate need the file's data: a logged
+    /// rewrite becomes an ordinary one for them.
+    private func withTarget(of handle: OpenFile, writer: UInt64?, logging: Bool, _ body: (WriteTarget) -> Void) -> Int32 {
         guard handle.writesThroughSession else {
-            body(handle.descriptor)
+            body(.descriptor(handle.descriptor))
             return 0
         }
         return handle.node.withSession { current in
             guard let session = current else { return EBADF }
-            // Reads, seeks and fallocate need the file's data: a logged rewrite becomes an ordinary one.
-            if session.log != nil {
+            if session.log != nil, !logging {
                 let error = shadows.convertLog(session, of: handle.node)
                 if error != 0 { return error }
             }
             if session.shadow < 0 {
-                let error = shadows.prepare(session, of: handle.node, truncated: false)
+                let error = shadows.prepare(session, of: handle.node, truncated: false, mayLog: logging && session.writers == 1)
                 if error != 0 { return error }
             }
             if let writer {
                 session.dirty = true
                 session.lastWriter = writer
             }
-            body(session.shadow)
+            body(session.log != nil ? .log(session) : .descriptor(session.shadow))
             return 0
         }
     }
@@ -384,25 +400,25 @@ extension ContainerFileSystem {
         let handle = Handle.get(file, as: OpenFile.self)
         let firstWrite = !handle.wrote
         handle.wrote = true
-        if handle.writesThroughSession, !handle.appends,
-           let logged = writeToLog(handle, data, offset: offset, writer: file.lockOwner,
-                                   clearingSetID: firstWrite && request.caller.uid != 0) {
-            guard logged >= 0 else {
-                failSession(of: handle, with: Int32(-logged))
-                return request.reply(error: Int32(-logged))
-            }
-            return request.reply(written: logged)
-        }
         var written = 0
-        let error = withDescriptor(of: handle, writer: file.lockOwner) { descriptor in
+        let error = withTarget(of: handle, writer: file.lockOwner, logging: !handle.appends) { target in
             if firstWrite, request.caller.uid != 0 {
-                let error = Backing.clearSetID(descriptor)
+                let error: Int32
+                switch target {
+                case .descriptor(let descriptor): error = Backing.clearSetID(descriptor)
+                case .log(let session): error = session.log.map { Backing.clearSetID($0.original) } ?? 0
+                }
                 guard error == 0 else { return written = -Int(error) }
             }
-            // An appending writer's offset is the kernel's size, which a reader of the previous version
-            // seeking to its end sets back to its own (see attributes(seenThrough:)): appends go to
-            // the shadow's end.
-            written = cfuse_write_buf_to_fd(data, descriptor, handle.appends ? Glibc.lseek(descriptor, 0, SEEK_END) : offset)
+            switch target {
+            case .log(let session):
+                written = shadows.logWrite(session, data, at: offset)
+            case .descriptor(let descriptor):
+                // An appending writer's offset is the kernel's size, which a reader of the previous version
+                // seeking to its end sets back to its own (see attributes(seenThrough:)): appends go to
+                // the shadow's end.
+                written = cfuse_write_buf_to_fd(data, descriptor, handle.appends ? Glibc.lseek(descriptor, 0, SEEK_END) : offset)
+            }
         }
         if error != 0 { return request.reply(error: error) }
         guard written >= 0 else {
@@ -410,28 +426,6 @@ extension ContainerFileSystem {
             return request.reply(error: Int32(-written))
         }
         request.reply(written: written)
-    }
-
-    /// A write to a session whose rewrite is logged (`Shadows.logWrite`): the bytes written, or
-    /// -errno. Nil when the session has no log.
-    private func writeToLog(_ handle: OpenFile, _ data: UnsafeMutablePointer<fuse_bufvec>, offset: off_t, writer: UInt64,
-                            clearingSetID: Bool) -> Int? {
-        handle.node.withSession { current in
-            guard let session = current else { return nil }
-            // The first write after a publish (an fsync) starts the next log, for a writer alone.
-            if session.shadow < 0, session.writers == 1 {
-                let error = shadows.prepare(session, of: handle.node, truncated: false, mayLog: true)
-                if error != 0 { return -Int(error) }
-            }
-            guard let log = session.log else { return nil }
-            if clearingSetID {
-                let error = Backing.clearSetID(log.original)
-                if error != 0 { return -Int(error) }
-            }
-            session.dirty = true
-            session.lastWriter = writer
-            return shadows.logWrite(session, data, at: offset)
-        }
     }
 
     /// A write that failed (a full disk) spoils the session's shadow: none of it is published.
