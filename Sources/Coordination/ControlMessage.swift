@@ -47,10 +47,13 @@ public enum ControlMessage: Hashable, Sendable {
         public var presenter: PurposeID
         /// Relative to the mount root.
         public var path: ItemPath
+        /// The requests operations wait for this presenter to answer; none given means all.
+        public var awaited: PresenterRequests?
 
-        public init(presenter: PurposeID, path: ItemPath) {
+        public init(presenter: PurposeID, path: ItemPath, awaited: PresenterRequests? = nil) {
             self.presenter = presenter
             self.path = path
+            self.awaited = awaited
         }
     }
 
@@ -134,11 +137,11 @@ public enum ControlMessage: Hashable, Sendable {
         /// When true the client must send a `presenterReply` with this message id, in time.
         public var expectsReply: Bool
 
-        public init(messageID: MessageID, presenter: PurposeID, message: PresenterMessage) {
+        public init(messageID: MessageID, presenter: PurposeID, message: PresenterMessage, expectsReply: Bool? = nil) {
             self.messageID = messageID
             self.presenter = presenter
             self.message = message
-            self.expectsReply = message.expectsReply
+            self.expectsReply = expectsReply ?? message.expectsReply
         }
     }
 

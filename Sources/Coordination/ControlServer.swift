@@ -251,7 +251,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
 
     // MARK: - PresenterTransport
 
-    public func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
+    public func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey, awaitingReply: Bool) {
         guard let connection = state.withLock({ $0.connections[presenter.owner] }) else { return }
         // A name is told only to a client that could list the directory it is in; a message that
         // would tell another is withheld, and answered for the client if it holds anything up.
@@ -261,12 +261,13 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             } ?? true
         }
         guard message.revealedPaths.allSatisfy(listable) else {
-            if message.expectsReply {
+            if awaitingReply {
                 DispatchQueue.global().async { self.engine.messenger.receiveReply(id, from: presenter.owner, error: nil) }
             }
             return
         }
-        connection.enqueue(.presenterMessage(.init(messageID: id, presenter: presenter.purpose, message: message)))
+        connection.enqueue(.presenterMessage(.init(messageID: id, presenter: presenter.purpose, message: message,
+                                                   expectsReply: awaitingReply)))
     }
 
     // MARK: - Internals
@@ -374,7 +375,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 }
                 connection.presenters.insert(body.presenter)
             }
-            engine.registry.add(PresenterKey(owner: owner, purpose: body.presenter), path: body.path)
+            engine.registry.add(PresenterKey(owner: owner, purpose: body.presenter), path: body.path,
+                                awaited: body.awaited ?? .all)
         case .removePresenter(let body):
             if connection.presenters.remove(body.presenter) != nil {
                 state.withLock { $0.shares.removePresenter(connection.credentials.userID) }
@@ -561,8 +563,8 @@ private struct WeakServer {
 private final class TransportProxy: PresenterTransport, @unchecked Sendable {
     let server = Locked(WeakServer())
 
-    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
-        server.withLock { $0.server }?.send(message, id: id, to: presenter)
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey, awaitingReply: Bool) {
+        server.withLock { $0.server }?.send(message, id: id, to: presenter, awaitingReply: awaitingReply)
     }
 }
 

@@ -7,9 +7,9 @@
 
 /// Carries messages to the client that owns a presenter (in the daemon: the control socket).
 public protocol PresenterTransport: Sendable {
-    /// Must not block. A message that expects a reply is answered by a later
-    /// `Messenger.receiveReply(_:from:error:)` with the same id.
-    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey)
+    /// Must not block. When `awaitingReply`, the client is asked to answer, and the answer comes as
+    /// a later `Messenger.receiveReply(_:from:error:)` with the same id.
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey, awaitingReply: Bool)
 }
 
 public enum DeliveryOutcome: Hashable, Sendable {
@@ -60,9 +60,9 @@ public final class Messenger: Sendable {
 
     /// Sends one message; `completion` is called exactly once, possibly before this returns.
     public func send(_ message: PresenterMessage, to presenter: PresenterKey, completion: @escaping Completion) {
-        guard registry.record(presenter) != nil else { return completion(.presenterGone) }
-        guard message.expectsReply else {
-            transport.send(message, id: state.withLock { $0.allocateID() }, to: presenter)
+        guard let record = registry.record(presenter) else { return completion(.presenterGone) }
+        guard record.awaits(message) else {
+            transport.send(message, id: state.withLock { $0.allocateID() }, to: presenter, awaitingReply: false)
             return completion(.notified)
         }
         let (id, timeout) = state.withLock { pending -> (MessageID, Duration?) in
@@ -79,7 +79,7 @@ public final class Messenger: Sendable {
             }
             return (id, timeout)
         }
-        transport.send(message, id: id, to: presenter)
+        transport.send(message, id: id, to: presenter, awaitingReply: true)
         guard let timeout else { return completion(.timedOut) }
         let timer = scheduler.schedule(after: timeout) { [weak self] in self?.expire(id) }
         let stillPending = state.withLock { pending -> Bool in

@@ -31,6 +31,18 @@ public enum PresenterMessage: Hashable, Sendable {
         }
     }
 
+    /// The request this message is, for the messages that expect a reply.
+    public var request: PresenterRequests? {
+        switch self {
+        case .relinquishPresentedItemToReader: return .relinquishToReader
+        case .relinquishPresentedItemToWriter: return .relinquishToWriter
+        case .savePresentedItemChanges: return .save
+        case .accommodatePresentedItemDeletion: return .accommodateDeletion
+        case .accommodatePresentedSubitemDeletion: return .accommodateSubitemDeletion
+        default: return nil
+        }
+    }
+
     /// The paths the message tells its presenter of, besides the presenter's own item.
     public var revealedPaths: [ItemPath] {
         switch self {
@@ -117,6 +129,48 @@ extension PresenterMessage: Codable {
         default:
             break
         }
+    }
+}
+
+/// The requests (messages that expect a reply) a presenter acts on before it answers. An operation
+/// waits only for these; the presenter still hears the others, in order, without being waited for,
+/// as Apple's coordinator does not wait for a presenter that does not implement a request's method
+/// (docs/coordination.md, "Presenters and messages"). On the wire: the messages' names.
+public struct PresenterRequests: OptionSet, Hashable, Sendable, Codable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let relinquishToReader = PresenterRequests(rawValue: 1 << 0)
+    public static let relinquishToWriter = PresenterRequests(rawValue: 1 << 1)
+    public static let save = PresenterRequests(rawValue: 1 << 2)
+    public static let accommodateDeletion = PresenterRequests(rawValue: 1 << 3)
+    public static let accommodateSubitemDeletion = PresenterRequests(rawValue: 1 << 4)
+    public static let all: PresenterRequests = [.relinquishToReader, .relinquishToWriter, .save,
+                                                .accommodateDeletion, .accommodateSubitemDeletion]
+
+    private static let names: [(PresenterRequests, String)] = [
+        (.relinquishToReader, "relinquishPresentedItemToReader"),
+        (.relinquishToWriter, "relinquishPresentedItemToWriter"),
+        (.save, "savePresentedItemChanges"),
+        (.accommodateDeletion, "accommodatePresentedItemDeletion"),
+        (.accommodateSubitemDeletion, "accommodatePresentedSubitemDeletion"),
+    ]
+
+    public init(from decoder: Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        var requests: PresenterRequests = []
+        for name in try container.decode([String].self) {
+            guard let request = Self.names.first(where: { $0.1 == name })?.0 else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "unknown request \(name)")
+            }
+            requests.insert(request)
+        }
+        self = requests
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(Self.names.filter { contains($0.0) }.map(\.1))
     }
 }
 

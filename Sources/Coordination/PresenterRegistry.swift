@@ -28,11 +28,22 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
     public internal(set) var path: ItemPath
     /// Set when the presenter let a message time out; cleared when it answers again.
     public internal(set) var isUnresponsive: Bool = false
+    /// The requests an operation waits for this presenter to answer; it hears the others without
+    /// being waited for. Not part of the status the daemon reports.
+    public private(set) var awaited: PresenterRequests = .all
 
-    public init(key: PresenterKey, path: ItemPath, isUnresponsive: Bool = false) {
+    private enum CodingKeys: String, CodingKey { case key, path, isUnresponsive }
+
+    public init(key: PresenterKey, path: ItemPath, isUnresponsive: Bool = false, awaited: PresenterRequests = .all) {
         self.key = key
         self.path = path
         self.isUnresponsive = isUnresponsive
+        self.awaited = awaited
+    }
+
+    /// Whether an operation waits for this presenter's answer to `message`.
+    public func awaits(_ message: PresenterMessage) -> Bool {
+        message.request.map(awaited.contains) ?? false
     }
 
     public var owner: OwnerID { key.owner }
@@ -48,10 +59,10 @@ public final class PresenterRegistry: Sendable {
     }
 
     /// Registers (or moves) a presenter. Registering again under the same key replaces the path.
-    public func add(_ key: PresenterKey, path: ItemPath) {
+    public func add(_ key: PresenterKey, path: ItemPath, awaited: PresenterRequests = .all) {
         index.withLock { index in
             index.remove(key)
-            index.insert(PresenterRecord(key: key, path: path))
+            index.insert(PresenterRecord(key: key, path: path, awaited: awaited))
         }
     }
 

@@ -23,7 +23,7 @@ protocol CoordinationDomain: AnyObject, Sendable {
                  completion: @escaping @Sendable (Result<any HeldAccess, FileCoordinationError>) -> Void)
         -> any PendingAccess
     func url(for path: ItemPath) -> URL
-    func addPresenter(_ id: PurposeID, path: ItemPath)
+    func addPresenter(_ id: PurposeID, path: ItemPath, awaited: PresenterRequests)
     func removePresenter(_ id: PurposeID)
     /// `FileCoordinator.item(at:didMoveTo:)`.
     func itemDidMove(from source: ItemPath, to destination: ItemPath, purpose: PurposeID)
@@ -172,8 +172,8 @@ final class LocalDomain: CoordinationDomain, @unchecked Sendable {
         FileManager.default.fileExists(atPath: "/" + String(decoding: path.bytes, as: UTF8.self))
     }
 
-    func addPresenter(_ id: PurposeID, path: ItemPath) {
-        registry.add(PresenterKey(owner: owner, purpose: id), path: path)
+    func addPresenter(_ id: PurposeID, path: ItemPath, awaited: PresenterRequests) {
+        registry.add(PresenterKey(owner: owner, purpose: id), path: path, awaited: awaited)
     }
 
     func removePresenter(_ id: PurposeID) {
@@ -225,10 +225,10 @@ private final class LocalAccess: HeldAccess, @unchecked Sendable {
 private final class LocalTransport: PresenterTransport, @unchecked Sendable {
     weak var domain: LocalDomain?
 
-    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey, awaitingReply: Bool) {
         guard let domain else { return }
         PresenterTable.shared.deliver(message, to: presenter.purpose, in: domain) { [weak domain] error in
-            guard message.expectsReply, let domain else { return }
+            guard awaitingReply, let domain else { return }
             domain.messenger.receiveReply(id, from: presenter.owner, error: error)
         }
     }
@@ -245,7 +245,7 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
     private let lock = NSLock()
     private var client: ControlClient?
     private var mountRoot: String?
-    private var presenters: [PurposeID: ItemPath] = [:]
+    private var presenters: [PurposeID: (path: ItemPath, awaited: PresenterRequests)] = [:]
 
     init(socketPath: String) {
         self.socketPath = socketPath
@@ -286,8 +286,8 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
                 FileCoordinator.connectionLost(socketPath: socketPath)
             }
         }
-        for (id, path) in presenters.sorted(by: { $0.key < $1.key }) {
-            try? made.send(.addPresenter(.init(presenter: id, path: path)))
+        for (id, presenter) in presenters.sorted(by: { $0.key < $1.key }) {
+            try? made.send(.addPresenter(.init(presenter: id, path: presenter.path, awaited: presenter.awaited)))
         }
         return made
     }
@@ -296,7 +296,7 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
         let client = lock.withLock { () -> ControlClient? in
             // Keep the path to register again after a reconnection current.
             if case .presentedItemDidMove(let path) = notice.message, presenters[notice.presenter] != nil {
-                presenters[notice.presenter] = path
+                presenters[notice.presenter]!.path = path
             }
             return self.client
         }
@@ -338,9 +338,9 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
         return fileURL(root: root, path)
     }
 
-    func addPresenter(_ id: PurposeID, path: ItemPath) {
-        lock.withLock { presenters[id] = path }
-        try? connection().send(.addPresenter(.init(presenter: id, path: path)))
+    func addPresenter(_ id: PurposeID, path: ItemPath, awaited: PresenterRequests) {
+        lock.withLock { presenters[id] = (path, awaited) }
+        try? connection().send(.addPresenter(.init(presenter: id, path: path, awaited: awaited)))
     }
 
     func removePresenter(_ id: PurposeID) {

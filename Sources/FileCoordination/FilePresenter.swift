@@ -1,3 +1,4 @@
+import Coordination
 import Foundation
 
 /// An object that presents a file or directory to the user and wants to hear when others read,
@@ -8,7 +9,10 @@ import Foundation
 /// hold up the other process's operation until the handler is called, for at most the daemon's
 /// reply timeout (2 s by default); a presenter that does not answer in time is marked
 /// unresponsive and the operation goes on without it. All callbacks have default
-/// implementations that answer at once.
+/// implementations that answer at once. Operations wait only for the requests in
+/// `awaitedRequests` (all of them unless the presenter says otherwise): a presenter that only
+/// listens declares none and costs the others no wait, as on Apple's systems a presenter that
+/// does not implement a request's method is not waited for.
 public protocol FilePresenter: AnyObject {
     /// The item presented. Update it in `presentedItemDidMove(to:)`.
     var presentedItemURL: URL? { get }
@@ -17,6 +21,9 @@ public protocol FilePresenter: AnyObject {
     /// For a presenter of a related file (e.g. a sidecar); carried for API compatibility, not used
     /// for arbitration.
     var primaryPresentedItemURL: URL? { get }
+    /// The requests this presenter acts on before it answers: other processes' operations wait
+    /// for its answer to these (default: all). It hears the others too, but nobody waits for them.
+    var awaitedRequests: FilePresenterRequests { get }
 
     /// Someone wants to read: stop writing, then call `reader`, optionally with a block to run
     /// when the read is over.
@@ -44,8 +51,12 @@ public protocol FilePresenter: AnyObject {
     func presentedSubitem(at url: URL, didGain version: FileVersion)
 }
 
+/// Requests (relinquish, save, accommodate a deletion) that operations wait for a presenter to answer.
+public typealias FilePresenterRequests = PresenterRequests
+
 extension FilePresenter {
     public var primaryPresentedItemURL: URL? { nil }
+    public var awaitedRequests: FilePresenterRequests { .all }
     public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { reader(nil) }
     public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { writer(nil) }
     public func reacquirePresentedItem() {}

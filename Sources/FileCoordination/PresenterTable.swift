@@ -41,7 +41,7 @@ final class PresenterTable: @unchecked Sendable {
         guard isNew, let url = presenter.presentedItemURL,
               let (domain, path) = try? Placement.place(url) else { return }
         lock.withLock { entries[id]?.domain = domain }
-        domain.addPresenter(id, path: path)
+        domain.addPresenter(id, path: path, awaited: presenter.awaitedRequests)
     }
 
     func remove(_ presenter: any FilePresenter) {

@@ -469,7 +469,7 @@ final class ControlServerTests: XCTestCase {
         let key = server.engine.registry.all()[0].key
         let started = Date()
         for index in 0..<40_000 {
-            server.send(.presentedSubitemDidAppear(at: path("a/item-\(index)")), id: MessageID(UInt64(index)), to: key)
+            server.send(.presentedSubitemDidAppear(at: path("a/item-\(index)")), id: MessageID(UInt64(index)), to: key, awaitingReply: false)
         }
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "sending never waits for the client")
         eventually("disconnected", timeout: 5) { server.clients().isEmpty }

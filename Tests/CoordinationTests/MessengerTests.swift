@@ -2,6 +2,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Foundation
 import XCTest
 
 /// Records what was sent; optionally answers at once, as a well-behaved client would.
@@ -10,6 +11,7 @@ final class RecordingTransport: PresenterTransport {
         let id: MessageID
         let message: PresenterMessage
         let presenter: PresenterKey
+        var awaitingReply = true
     }
 
     let sent = EventLog<Sent>()
@@ -19,9 +21,9 @@ final class RecordingTransport: PresenterTransport {
     func connect(_ messenger: Messenger) { self.messenger.withLock { $0 = messenger } }
     func answerAtOnce(_ presenter: PresenterKey) { _ = answering.withLock { $0.insert(presenter) } }
 
-    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey) {
-        sent.append(Sent(id: id, message: message, presenter: presenter))
-        if message.expectsReply, answering.withLock({ $0.contains(presenter) }) {
+    func send(_ message: PresenterMessage, id: MessageID, to presenter: PresenterKey, awaitingReply: Bool) {
+        sent.append(Sent(id: id, message: message, presenter: presenter, awaitingReply: awaitingReply))
+        if awaitingReply, answering.withLock({ $0.contains(presenter) }) {
             messenger.withLock { $0 }?.receiveReply(id, from: presenter.owner)
         }
     }
@@ -133,6 +135,32 @@ final class MessengerTests: XCTestCase {
         XCTAssertEqual(outcomes.all, [.notified])
         XCTAssertEqual(scheduler.liveTimerCount, 0)
         XCTAssertEqual(transport.sent.all.map(\.message), [.presentedItemDidChange])
+    }
+
+    func testRequestsAPresenterDoesNotAwaitAreSentWithoutWaiting() {
+        let listener = PresenterKey(owner: bob, purpose: PurposeID("listener"))
+        registry.add(listener, path: path("a"), awaited: [.save])
+        XCTAssertEqual(send(.accommodatePresentedItemDeletion, to: listener).all, [.notified])
+        XCTAssertEqual(send(.relinquishPresentedItemToWriter, to: listener).all, [.notified])
+        XCTAssertEqual(scheduler.liveTimerCount, 0)
+        XCTAssertEqual(transport.sent.all.map(\.awaitingReply), [false, false], "the client is told not to answer")
+        XCTAssertEqual(transport.sent.all.map(\.message), [.accommodatePresentedItemDeletion, .relinquishPresentedItemToWriter],
+                       "it still hears them, in order")
+
+        let save = send(.savePresentedItemChanges, to: listener)
+        XCTAssertEqual(save.all, [], "what it declared is waited for")
+        XCTAssertEqual(transport.sent.all.last?.awaitingReply, true)
+        messenger.receiveReply(transport.sent.all.last!.id, from: bob)
+        XCTAssertEqual(save.all, [.answered])
+    }
+
+    func testRequestsAreNamedOnTheWire() throws {
+        let requests: PresenterRequests = [.save, .accommodateSubitemDeletion]
+        let encoded = try JSONEncoder().encode(requests)
+        XCTAssertEqual(String(decoding: encoded, as: UTF8.self), #"["savePresentedItemChanges","accommodatePresentedSubitemDeletion"]"#)
+        XCTAssertEqual(try JSONDecoder().decode(PresenterRequests.self, from: encoded), requests)
+        XCTAssertThrowsError(try JSONDecoder().decode(PresenterRequests.self, from: Data(#"["presentedItemDidChange"]"#.utf8)),
+                             "a notification is not a request")
     }
 
     func testUnknownPresenterIsGoneAndHearsNothing() {

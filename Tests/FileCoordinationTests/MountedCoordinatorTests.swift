@@ -90,6 +90,23 @@ final class MountedCoordinatorTests: XCTestCase {
         delete.first?.end(tookEffect: true)
     }
 
+    func testAPresenterThatAwaitsNothingHearsRequestsWithoutHoldingThemUp() throws {
+        let listener = RecordingPresenter(url("Documents/note.txt"))
+        listener.isStuck = true
+        listener.awaited = []
+        FileCoordinator.addFilePresenter(listener)
+        presenters.append(listener)
+        eventually("registered with the daemon") { server.engine.registry.all().count == 1 }
+
+        let write = beginOnDaemon(.write(ItemPath("Documents/note.txt")!))
+        eventually("granted") { write.first != nil }
+        XCTAssertTrue(server.status().unresponsivePresenters.isEmpty, "not waited for, so not found silent")
+        eventually("heard all the same") { listener.events.all == ["relinquishToWriter"] }
+        write.first?.end(tookEffect: true)
+        eventually("published") { listener.events.all == ["relinquishToWriter", "didChange", "reacquire"] }
+        XCTAssertTrue(server.status().unresponsivePresenters.isEmpty)
+    }
+
     func testCoordinatedAccessesAreArbitratedByTheDaemon() throws {
         let note = url("Documents/note.txt")
         try Data("x".utf8).write(to: note)

@@ -24,6 +24,9 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     let events = Events()
     /// When set, relinquish and save callbacks never answer.
     var isStuck = false
+    /// What it tells the daemon to wait for.
+    var awaited: FilePresenterRequests = .all
+    var awaitedRequests: FilePresenterRequests { awaited }
 
     init(_ url: URL) { self.url = url }
 

@@ -14,7 +14,8 @@ struct WatchCommand: ParsableCommand {
         path for moves. With --json, one JSON object a line: {"event", "path", "newPath"?, "watched"}.
         --on-save and --on-relinquish run a shell command (sh -c) when asked to save or to
         relinquish, and answer the daemon when it ends; the command sees CONTAINERFS_EVENT and
-        CONTAINERFS_PATH. Runs until interrupted.
+        CONTAINERFS_PATH. Other processes' operations wait only for those answers: without them the
+        watcher hears every request but holds nothing up. Runs until interrupted.
         """
     )
 
@@ -103,6 +104,14 @@ final class WatchPresenter: FilePresenter, @unchecked Sendable {
     }
 
     var presentedItemURL: URL? { lock.withLock { url } }
+
+    /// Only what a hook acts on is worth waiting for; the rest is printed and answered at once.
+    var awaitedRequests: FilePresenterRequests {
+        var requests: FilePresenterRequests = []
+        if onSave != nil { requests.insert(.save) }
+        if onRelinquish != nil { requests.formUnion([.relinquishToReader, .relinquishToWriter]) }
+        return requests
+    }
     private var current: URL { lock.withLock { url } }
 
     private func report(_ event: String, _ path: URL? = nil, newPath: URL? = nil) {
