@@ -873,7 +873,10 @@ def main():
         "the return of close() after a write to the arrival of its presentedItemDidChange line.\n"
         "- Documents, presented: a folder of Documents that one `containerfs watch` client presents "
         "while the workloads run in it, so that every change there is coordinated with a connected "
-        "presenter. Sequential reads leave it out (the four-column rotation).\n"
+        "presenter. The watcher hears every message, requests included, and asks to be waited for on "
+        "none (it has no hook to run), so each operation costs a notification, not a round trip: as "
+        "on Apple's systems, where a presenter that does not implement a request is not waited for. "
+        "Sequential reads leave it out (the four-column rotation).\n"
     )
     markdown = header + "\n" + table + notes
     os.makedirs(arguments.results, exist_ok=True)

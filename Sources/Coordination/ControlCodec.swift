@@ -78,6 +78,12 @@ public enum ControlCodec {
 
     static func decodePayload(_ payload: ArraySlice<UInt8>) throws(ControlCodecError) -> ControlMessage {
         guard !payload.isEmpty else { throw .malformed("empty payload") }
+        if let notice = NoticeReader.read(payload) { return .presenterMessage(notice) }
+        return try decodeJSON(payload)
+    }
+
+    /// The strict decoder, for every message.
+    static func decodeJSON(_ payload: ArraySlice<UInt8>) throws(ControlCodecError) -> ControlMessage {
         let data = Data(payload)
         let decoder = JSONDecoder()
         let header: Header
@@ -117,34 +123,79 @@ public enum ControlCodec {
         Array(try encoder.encode(Envelope(version: protocolVersion, type: type.rawValue, body: body)))
     }
 
-    /// The last presenter message encoded, with its JSON.
-    private static let lastNotice = Locked<(message: PresenterMessage, json: [UInt8])?>(nil)
-
-    /// A presenter notice, written as the encoder would write it. One operation sends the same
-    /// message to every presenter concerned, hundreds of times when a user holds many presenters:
-    /// the message is encoded once, and only the id and the presenter are written per frame.
+    /// A presenter notice, written by hand as the encoder would write it (sorted keys, slashes
+    /// unescaped): one goes out per presenter and operation, and JSONEncoder costs more than the
+    /// operation itself.
     static func encodeNotice(_ notice: ControlMessage.PresenterNotice) throws(ControlCodecError) -> [UInt8] {
-        var message = lastNotice.withLock { last in last?.message == notice.message ? last?.json : nil }
-        if message == nil {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            do {
-                message = Array(try encoder.encode(notice.message))
-            } catch {
-                throw .malformed("cannot encode presenterMessage: \(error)")
-            }
-            lastNotice.withLock { $0 = (notice.message, message!) }
-        }
         var payload = Array(#"{"body":{"expectsReply":"#.utf8)
         payload += notice.expectsReply ? Array("true".utf8) : Array("false".utf8)
         payload += Array(#","message":"#.utf8)
-        payload += message!
+        appendJSON(notice.message, to: &payload)
         payload += Array(#","messageID":"#.utf8)
         payload += Array(String(notice.messageID.rawValue).utf8)
         payload += Array(#","presenter":"#.utf8)
         appendJSONString(notice.presenter.rawValue, to: &payload)
         payload += Array(#"},"type":"presenterMessage","version":1}"#.utf8)
         return payload
+    }
+
+    /// `PresenterMessage.encode(to:)`'s object, keys in sorted order: from, name, path, to, version.
+    static func appendJSON(_ message: PresenterMessage, to bytes: inout [UInt8]) {
+        var from: ItemPath?, path: ItemPath?, to: ItemPath?, version: String?
+        switch message {
+        case .accommodatePresentedSubitemDeletion(let item), .presentedSubitemDidChange(let item),
+             .presentedSubitemDidAppear(let item):
+            path = item
+        case .presentedItemDidMove(let destination):
+            to = destination
+        case .presentedSubitemDidMove(let source, let destination):
+            (from, to) = (source, destination)
+        case .presentedItemDidGainVersion(let identifier):
+            version = identifier
+        case .presentedSubitemDidGainVersion(let item, let identifier):
+            (path, version) = (item, identifier)
+        default:
+            break
+        }
+        bytes.append(UInt8(ascii: "{"))
+        if let from {
+            bytes += Array(#""from":"#.utf8)
+            appendJSON(from, to: &bytes)
+            bytes.append(UInt8(ascii: ","))
+        }
+        bytes += Array(#""name":"#.utf8)
+        appendJSONString(message.name, to: &bytes)
+        if let path {
+            bytes += Array(#","path":"#.utf8)
+            appendJSON(path, to: &bytes)
+        }
+        if let to {
+            bytes += Array(#","to":"#.utf8)
+            appendJSON(to, to: &bytes)
+        }
+        if let version {
+            bytes += Array(#","version":"#.utf8)
+            appendJSONString(version, to: &bytes)
+        }
+        bytes.append(UInt8(ascii: "}"))
+    }
+
+    /// `ItemPath`'s list of names: a string each, or `{"hex": ...}` for a name that is not UTF-8.
+    static func appendJSON(_ path: ItemPath, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "["))
+        for (index, component) in path.components.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            if let string = component.string {
+                appendJSONString(string, to: &bytes)
+            } else {
+                bytes += Array(#"{"hex":""#.utf8)
+                let hex = Array("0123456789abcdef".utf8)
+                for byte in component.bytes { bytes += [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]] }
+                bytes.append(UInt8(ascii: "\""))
+                bytes.append(UInt8(ascii: "}"))
+            }
+        }
+        bytes.append(UInt8(ascii: "]"))
     }
 
     /// A JSON string literal, escaped as JSONEncoder escapes (slashes left alone).

@@ -683,19 +683,42 @@ private final class Connection: @unchecked Sendable {
             }
             guard count > 0 else { return enqueue(.error(.init(code: .internalError, message: "status too large to send"))) }
         }
-        let accepted = outgoing.withLock { out -> Bool? in
-            guard !out.closed else { return nil }
-            guard out.pendingCount + frame.count <= maxQueuedBytes else {
-                out.closed = true
-                return false
+        enum Outcome { case written, queued, overflow, closed, failed(Int32) }
+        // Written at once when nothing waits before it (the common case: a thread hop less per
+        // message, which a presenter's answer costs twice); queued for the connection's queue
+        // otherwise. The lock keeps frames whole and in order, and the descriptor open.
+        let outcome = outgoing.withLock { out -> Outcome in
+            guard !out.closed else { return .closed }
+            var written = 0
+            if out.pendingCount == 0 {
+                while written < frame.count {
+                    let sent = frame[written...].withUnsafeBytes {
+                        Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                    }
+                    let error = sent < 0 ? errno : 0
+                    if sent > 0 {
+                        written += sent
+                    } else if error == EAGAIN || error == EWOULDBLOCK {
+                        break
+                    } else if error != EINTR {
+                        out.closed = true
+                        return .failed(error)
+                    }
+                }
+                if written == frame.count { return .written }
             }
-            out.bytes.append(contentsOf: frame)
-            return true
+            guard out.pendingCount + frame.count - written <= maxQueuedBytes else {
+                out.closed = true
+                return .overflow
+            }
+            out.bytes.append(contentsOf: frame[written...])
+            return .queued
         }
-        switch accepted {
-        case true?: queue.async { [self] in flush() }
-        case false?: queue.async { [self] in close(reason: "outgoing queue overflow (client does not read)") }
-        case nil: break
+        switch outcome {
+        case .written, .closed: break
+        case .queued: queue.async { [self] in flush() }
+        case .overflow: queue.async { [self] in close(reason: "outgoing queue overflow (client does not read)") }
+        case .failed(let error): queue.async { [self] in close(reason: "write failed: errno \(error)") }
         }
     }
 

@@ -227,6 +227,8 @@ public final class ControlClient: @unchecked Sendable {
 
     /// The next message, or nil at a clean end of stream.
     private static func readOne(_ fd: Int32, _ reader: inout FrameReader) throws -> ControlMessage? {
+        // Often the frames of one read: no buffer needed.
+        if let message = try reader.next() { return message }
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             if let message = try reader.next() { return message }

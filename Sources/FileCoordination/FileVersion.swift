@@ -75,11 +75,7 @@ public final class FileVersion: @unchecked Sendable, Equatable, CustomStringConv
     public class func otherVersionsOfItem(at url: URL) -> [FileVersion]? {
         guard access(url.path, F_OK) == 0 else { return nil }
         guard let directory = versionsDirectory(of: url) else { return [] }
-        return VersionStore.versions(in: directory).map { record in
-            FileVersion(url: URL(fileURLWithPath: record.path), modificationDate: record.modifiedAt,
-                        persistentIdentifier: record.name, replacementDate: record.replacedAt, record: record,
-                        localizedName: url.lastPathComponent)
-        }
+        return VersionStore.versions(in: directory).map { FileVersion(record: $0, of: url) }
     }
 
     /// The mount keeps no conflict versions: always empty (nil if the item does not exist).
@@ -91,7 +87,16 @@ public final class FileVersion: @unchecked Sendable, Equatable, CustomStringConv
     public class func version(itemAt url: URL, forPersistentIdentifier persistentIdentifier: Any) -> FileVersion? {
         guard let identifier = persistentIdentifier as? String else { return nil }
         if identifier == "current" { return currentVersionOfItem(at: url) }
-        return otherVersionsOfItem(at: url)?.first { $0.persistentIdentifier == identifier }
+        // One lookup, not a listing: a presenter asks for each version as the mount keeps it.
+        guard let directory = versionsDirectory(of: url),
+              let record = VersionStore.record(named: identifier, in: directory) else { return nil }
+        return FileVersion(record: record, of: url)
+    }
+
+    private convenience init(record: FileVersionRecord, of item: URL) {
+        self.init(url: URL(fileURLWithPath: record.path), modificationDate: record.modifiedAt,
+                  persistentIdentifier: record.name, replacementDate: record.replacedAt, record: record,
+                  localizedName: item.lastPathComponent)
     }
 
     /// Puts this version's contents in place of the item at `url` (usually the item it is a version

@@ -1,4 +1,4 @@
-import Coordination
+@testable import Coordination
 import XCTest
 
 /// Reproducible randomness for the property tests (SplitMix64).
@@ -130,6 +130,50 @@ final class ControlCodecTests: XCTestCase {
                 }
             }
         }
+    }
+
+    /// Notices are read back without JSONDecoder when they are laid out as the daemon writes them:
+    /// every one of the messages above, and of mutated ones only what the strict decoder reads
+    /// the same way (anything else is left to it).
+    func testTheNoticeReaderAcceptsOnlyWhatTheStrictDecoderReadsAlike() throws {
+        let weird = path("Documents").appending(Self.oddName)
+        let messages: [PresenterMessage] = [
+            .relinquishPresentedItemToReader, .savePresentedItemChanges, .accommodatePresentedItemDeletion,
+            .presentedItemDidMove(to: weird), .presentedSubitemDidAppear(at: path("Documents/a b")),
+            .accommodatePresentedSubitemDeletion(at: path("a/b/c")), .presentedSubitemDidMove(from: weird, to: path("x/y")),
+            .presentedSubitemDidGainVersion(at: weird, version: "v-\"1\\"), .presentedItemDidGainVersion("v"),
+            .presentedSubitemDidChange(at: ItemPath(components: [])),
+        ]
+        var frames: [[UInt8]] = []
+        for (index, message) in messages.enumerated() {
+            for name in ["p", "quote\"back\\slash/", "tab\there", "\u{1}", "ü€😀"] {
+                let notice = ControlMessage.PresenterNotice(messageID: MessageID(UInt64(index) * 1_000_003), presenter: PurposeID(name),
+                                                            message: message, expectsReply: index % 2 == 0)
+                let payload = try ControlCodec.encodePayload(.presenterMessage(notice))
+                XCTAssertEqual(try ControlCodec.decodeJSON(payload[...]), .presenterMessage(notice))
+                if name != "\u{1}" {
+                    XCTAssertEqual(NoticeReader.read(payload[...]), notice, "read without JSONDecoder")
+                } else {
+                    XCTAssertNil(NoticeReader.read(payload[...]), "a \\u escape is left to the strict decoder")
+                }
+                frames.append(payload)
+            }
+        }
+        var generator = SeededGenerator(seed: 0x5EED)
+        var fastAndAlike = 0
+        for _ in 0..<20_000 {
+            var bytes = frames.randomElement(using: &generator)!
+            let position = Int.random(in: 0..<bytes.count, using: &generator)
+            switch Int.random(in: 0..<3, using: &generator) {
+            case 0: bytes[position] = UInt8.random(in: 0...255, using: &generator)
+            case 1: bytes.remove(at: position)
+            default: bytes.insert(bytes[Int.random(in: 0..<bytes.count, using: &generator)], at: position)
+            }
+            guard let fast = NoticeReader.read(bytes[...]) else { continue }
+            fastAndAlike += 1
+            XCTAssertEqual(try? ControlCodec.decodeJSON(bytes[...]), .presenterMessage(fast), String(decoding: bytes, as: UTF8.self))
+        }
+        XCTAssertGreaterThan(fastAndAlike, 100, "some mutations keep the layout (a digit, a letter of a name)")
     }
 
     func testTruncatedOversizedAndTrailingFrames() throws {
