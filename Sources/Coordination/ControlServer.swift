@@ -181,11 +181,14 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// process holds several connections, the oldest one is its owner.
     public func ownerOf(pid: pid_t) -> OwnerID? {
         let now = DispatchTime.now().uptimeNanoseconds
-        let (owners, cached) = state.withLock { state -> ([pid_t: OwnerID], OwnerCacheEntry?) in
-            (state.ownersByPID.mapValues { $0.min()! }, state.ownerCache[pid])
+        // Asked for every request: the cache is read before anything is copied.
+        let found = state.withLock { state -> (owners: [pid_t: OwnerID], cached: OwnerID?)? in
+            guard !state.ownersByPID.isEmpty else { return nil }
+            if let cached = state.ownerCache[pid], cached.expires > now { return ([:], cached.owner) }
+            return (state.ownersByPID.mapValues { $0.min()! }, nil)
         }
-        guard !owners.isEmpty else { return nil }
-        if let cached, cached.expires > now { return cached.owner }
+        guard let (owners, cached) = found else { return nil }
+        if owners.isEmpty { return cached }
         let owner = resolveOwner(pid, in: owners)
         state.withLock { state in
             if state.ownerCache.count > 4096 { state.ownerCache.removeAll() }
