@@ -157,7 +157,7 @@ public enum Backup {
         }
         defer { close(fd) }
         var archiveInfo = stat()
-        _ = fstat(fd, &archiveInfo)
+        guard fstat(fd, &archiveInfo) == 0 else { throw posixError("fstat", archivePath) }
         progress?.begin("Restoring \(id)", totalUnits: Int64(archiveInfo.st_size))
         defer { progress?.end() }
 

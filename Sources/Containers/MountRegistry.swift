@@ -30,11 +30,21 @@ public enum MountRegistry {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let path = directory + "/\(mount.pid).json"
         let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
-        guard descriptor >= 0, flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            throw posixError("lock", path)
+        guard descriptor >= 0 else { throw posixError("open", path) }
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            let error = posixError("lock", path)
+            close(descriptor)
+            throw error
         }
         let data = try JSONEncoder().encode(mount)
-        _ = data.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        // Others read the record to find the mount: a short or failed write is an error.
+        let written = data.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard written == data.count else {
+            let error = written < 0 ? posixError("write", path) : ContainerError("\(path): short write")
+            close(descriptor)
+            unlink(path)
+            throw error
+        }
         return descriptor
     }
 

@@ -286,8 +286,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 if errno == ECONNABORTED { continue }
                 return
             }
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            guard setNonBlocking(fd), let credentials = peerCredentials(fd) else {
+            // A client's socket must not reach a program the daemon starts.
+            guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0, setNonBlocking(fd), let credentials = peerCredentials(fd) else {
                 close(fd)
                 continue
             }

@@ -187,7 +187,11 @@ struct Sandbox {
             throw ContainerError("pipe: \(String(cString: strerror(errno)))")
         }
         // Only the copies spawn makes as 3 and 4 reach bwrap.
-        for descriptor in info + block { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        for descriptor in info + block where fcntl(descriptor, F_SETFD, FD_CLOEXEC) != 0 {
+            let error = errno
+            for descriptor in info + block { close(descriptor) }
+            throw ContainerError("fcntl(FD_CLOEXEC): \(String(cString: strerror(error)))")
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
