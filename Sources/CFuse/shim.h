@@ -86,6 +86,52 @@ static inline int cfuse_reply_open_passthrough(fuse_req_t req, uint64_t fh, int3
     return fuse_reply_iov(req, &iov, 1);
 }
 
+/// The kernel's `fuse_attr`, `fuse_entry_out` and `fuse_open_out` (protocol 7.40), for answers
+/// libfuse 3.14 cannot give.
+struct cfuse_attr {
+    uint64_t ino, size, blocks, atime, mtime, ctime;
+    uint32_t atimensec, mtimensec, ctimensec, mode, nlink, uid, gid, rdev, blksize, flags;
+};
+struct cfuse_entry_out {
+    uint64_t nodeid, generation, entry_valid, attr_valid;
+    uint32_t entry_valid_nsec, attr_valid_nsec;
+    struct cfuse_attr attr;
+};
+struct cfuse_open_out { uint64_t fh; uint32_t open_flags; int32_t backing_id; };
+_Static_assert(sizeof(struct cfuse_entry_out) == 128, "fuse_entry_out is 128 bytes");
+
+/// A timeout in seconds as the kernel takes it, as libfuse converts it.
+static inline void cfuse_split_timeout(double timeout, uint64_t *seconds, uint32_t *nanoseconds) {
+    if (!(timeout > 0.0)) { *seconds = 0; *nanoseconds = 0; return; }
+    if (timeout >= 18446744073709551615.0) { *seconds = UINT64_MAX; *nanoseconds = 0; return; }
+    *seconds = (uint64_t)timeout;
+    double fraction = timeout - (double)*seconds;
+    *nanoseconds = fraction >= 0.999999999 ? 999999999 : (uint32_t)(fraction * 1.0e9);
+}
+
+/// Answers a create as `fuse_reply_create` does, with the open passing through to `backing_id`
+/// (see `cfuse_reply_open_passthrough`).
+static inline int cfuse_reply_create_passthrough(fuse_req_t req, const struct fuse_entry_param *e, uint64_t fh,
+                                                 int32_t backing_id, int noflush) {
+    struct { struct cfuse_entry_out entry; struct cfuse_open_out open; } out;
+    memset(&out, 0, sizeof out);
+    out.entry.nodeid = e->ino;
+    out.entry.generation = e->generation;
+    cfuse_split_timeout(e->entry_timeout, &out.entry.entry_valid, &out.entry.entry_valid_nsec);
+    cfuse_split_timeout(e->attr_timeout, &out.entry.attr_valid, &out.entry.attr_valid_nsec);
+    const struct stat *st = &e->attr;
+    out.entry.attr = (struct cfuse_attr){
+        .ino = st->st_ino, .size = (uint64_t)st->st_size, .blocks = (uint64_t)st->st_blocks,
+        .atime = (uint64_t)st->st_atim.tv_sec, .mtime = (uint64_t)st->st_mtim.tv_sec, .ctime = (uint64_t)st->st_ctim.tv_sec,
+        .atimensec = (uint32_t)st->st_atim.tv_nsec, .mtimensec = (uint32_t)st->st_mtim.tv_nsec,
+        .ctimensec = (uint32_t)st->st_ctim.tv_nsec, .mode = st->st_mode, .nlink = (uint32_t)st->st_nlink,
+        .uid = st->st_uid, .gid = st->st_gid, .rdev = (uint32_t)st->st_rdev, .blksize = (uint32_t)st->st_blksize,
+    };
+    out.open = (struct cfuse_open_out){ fh, CFUSE_FOPEN_PASSTHROUGH | (noflush ? CFUSE_FOPEN_NOFLUSH : 0), backing_id };
+    struct iovec iov = { &out, sizeof out };
+    return fuse_reply_iov(req, &iov, 1);
+}
+
 /// Adds to libfuse's answer to the kernel's INIT (header and `fuse_init_out`) what libfuse 3.14
 /// predates: shared mappings of files opened for direct I/O (Linux 6.6), and with `passthrough`,
 /// passthrough with a stack depth of 1 (backing files on a disk filesystem, not on another stacked

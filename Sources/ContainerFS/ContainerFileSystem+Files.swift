@@ -214,8 +214,8 @@ extension ContainerFileSystem {
                 let truncating = !made && flags & O_TRUNC != 0
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
                 if spareName.isEmpty, live || self.writesInPlace(node) {
-                    guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, on: node, entry: &entry,
-                                                                            in: parentNode, name: name) else {
+                    guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, flags: flags, on: node,
+                                                                            entry: &entry, in: parentNode, name: name) else {
                         close(descriptor)
                         access.end(tookEffect: false)
                         return request.reply(error: ESTALE)
@@ -223,12 +223,20 @@ extension ContainerFileSystem {
                     let handle = OpenFile(descriptor: descriptor, node: writtenNode, path: path, access: access, charge: charge)
                     if truncating, ftruncate(descriptor, 0) != 0 {
                         let error = errno
-                        writtenNode.closeHandle(path, passthrough: nil)
+                        writtenNode.closeHandle(path, passthrough: self.passthrough)
                         access.end(tookEffect: false)
                         self.forget(entry.ino, count: 1)
                         return request.reply(error: error)
                     }
-                    return info.replyCreated(request, entry: &entry, with: handle, cache: .refill)
+                    // As an open's writer in place: through passthrough when it may (see open).
+                    switch path {
+                    case .passthrough(let backingID), .passthroughLive(let backingID):
+                        handle.passesWritesThrough()
+                        if case .passthroughLive = path { entry.attr_timeout = 0 }
+                        return info.replyCreated(request, entry: &entry, with: handle, passthrough: backingID)
+                    default:
+                        return info.replyCreated(request, entry: &entry, with: handle, cache: .refill)
+                    }
                 }
                 // The new, empty file is a complete first version; what is written next is published at
                 // close, and only then do presenters hear that the file appeared.
@@ -301,11 +309,13 @@ extension ContainerFileSystem {
     /// node that passthrough readers hold is left to them, and `entry` then names a node of the
     /// writer's own, as an open's ESTALE would make the kernel find. Nil if none could be had (the
     /// kernel's reference `entry` counted is forgotten then).
-    private func countWriterInPlace(_ descriptor: Int32, live: Bool, on node: Node, entry: inout fuse_entry_param,
+    private func countWriterInPlace(_ descriptor: Int32, live: Bool, flags: Int32, on node: Node, entry: inout fuse_entry_param,
                                     in parent: Node, name: FileName) -> (Node, OpenPath)? {
         var node = node
         for attempt in 0..<2 {
-            if let (_, path) = node.openHandle(live ? .liveWriter : .inPlaceWriter, passthrough: nil, in: nodes, { descriptor }) {
+            if let (_, path) = node.openHandle(live ? .liveWriter : .inPlaceWriter, passthrough: passthrough,
+                                               writable: Policy.write(node.zone) == 0, mapsShared: flags & O_ACCMODE == O_RDWR,
+                                               in: nodes, { descriptor }) {
                 return (node, path)
             }
             forget(entry.ino, count: 1)
@@ -545,6 +555,16 @@ struct FileInfoCopy: @unchecked Sendable {
             // A reader's flush does nothing (see flush).
             file.noFlush = true
             request.reply(opened: file, passthrough: backingID)
+        }
+    }
+
+    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, passthrough backingID: Int32) {
+        var info = self.info
+        withUnsafeMutablePointer(to: &info) { pointer in
+            let file = FileInfo(pointer)
+            Handle.store(handle, in: file)
+            file.noFlush = true
+            request.reply(created: &entry, file: file, passthrough: backingID)
         }
     }
 

@@ -34,6 +34,10 @@ public struct FuseRequest: @unchecked Sendable {
 
     @inlinable public func reply(entry: inout fuse_entry_param) { fuse_reply_entry(raw, &entry) }
 
+    @inlinable public func reply(created entry: inout fuse_entry_param, file: FileInfo, passthrough backingID: Int32) {
+        cfuse_reply_create_passthrough(raw, &entry, file.raw.pointee.fh, backingID, file.noFlush ? 1 : 0)
+    }
+
     @inlinable public func reply(created entry: inout fuse_entry_param, file: FileInfo) {
         fuse_reply_create(raw, &entry, file.raw)
     }

@@ -69,6 +69,36 @@ final class PassthroughTests: MountedTestCase {
         return (finishedAlone, reader.terminationStatus)
     }
 
+    /// A program that makes a file and writes it in place (a database made for reading and writing
+    /// in Documents, any new file in tmp) writes through passthrough from its first write: the
+    /// daemon writes none of the bytes (its written-bytes count stays far below them), and what is
+    /// read back, through the mount and a second handle, is what was written.
+    func testAFileMadeToBeWrittenInPlaceIsWrittenThroughPassthrough() throws {
+        try requirePassthrough()
+        let daemon = mounted.daemonPID!
+        func daemonWrittenBytes() -> Int {
+            let io = (try? String(contentsOfFile: "/proc/\(daemon)/io", encoding: .utf8)) ?? ""
+            return io.split(separator: "\n").first { $0.hasPrefix("wchar:") }.flatMap { Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces)) } ?? -1
+        }
+        for (path, flags) in [("Documents/made.db", "os.O_RDWR"), ("tmp/made.bin", "os.O_WRONLY")] {
+            let before = daemonWrittenBytes()
+            syscall("""
+            data = os.urandom(1 << 16) * 64
+            f = os.open('\(path)', os.O_CREAT | \(flags), 0o644)
+            for offset in range(0, len(data), 1 << 16): os.pwrite(f, data[offset:offset + (1 << 16)], offset)
+            os.fsync(f)
+            other = os.open('\(path)', os.O_RDONLY)
+            if os.pread(other, len(data), 0) != data: raise OSError(errno.EIO, 'read back differs')
+            os.close(other)
+            os.close(f)
+            if open('\(path)', 'rb').read() != data: raise OSError(errno.EIO, 'differs after close')
+            """, errno: 0)
+            let written = daemonWrittenBytes() - before
+            XCTAssertGreaterThanOrEqual(before, 0, "no /proc/PID/io")
+            XCTAssertLessThan(written, 1 << 20, "\(path): the daemon wrote \(written) bytes of the 4 MiB itself")
+        }
+    }
+
     func testReadersOfEveryKindMixWithoutErrors() throws { try onBothReadPaths(checkReadersOfEveryKindMix) }
 
     private func checkReadersOfEveryKindMix() {
