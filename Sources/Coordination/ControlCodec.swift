@@ -188,11 +188,7 @@ public enum ControlCodec {
             if let string = component.string {
                 appendJSONString(string, to: &bytes)
             } else {
-                bytes += Array(#"{"hex":""#.utf8)
-                let hex = Array("0123456789abcdef".utf8)
-                for byte in component.bytes { bytes += [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]] }
-                bytes.append(UInt8(ascii: "\""))
-                bytes.append(UInt8(ascii: "}"))
+                bytes += Array(#"{"hex":""#.utf8) + Array(encodeHex(component.bytes).utf8) + Array(#""}"#.utf8)
             }
         }
         bytes.append(UInt8(ascii: "]"))

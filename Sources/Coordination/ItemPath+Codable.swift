@@ -45,7 +45,7 @@ extension ItemPath: Codable {
     }
 }
 
-private func encodeHex(_ bytes: [UInt8]) -> String {
+func encodeHex(_ bytes: [UInt8]) -> String {
     let digits = Array("0123456789abcdef".utf8)
     var result: [UInt8] = []
     result.reserveCapacity(bytes.count * 2)
@@ -56,7 +56,7 @@ private func encodeHex(_ bytes: [UInt8]) -> String {
     return String(decoding: result, as: UTF8.self)
 }
 
-private func decodeHex(_ text: String) -> [UInt8]? {
+func decodeHex(_ text: String) -> [UInt8]? {
     func value(_ digit: UInt8) -> UInt8? {
         switch digit {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): return digit - UInt8(ascii: "0")

@@ -65,15 +65,15 @@ struct NoticeReader {
         return message
     }
 
-    /// `[name, ...]`, each a string or `{"hex":"..."}` in lower-case digits.
+    /// `[name, ...]`, each a string or `{"hex":"..."}`.
     private mutating func itemPath() -> ItemPath? {
         guard skip("[") else { return nil }
         var components: [PathComponent] = []
         if skip("]") { return ItemPath(components: components) }
         repeat {
             let name: [UInt8]
-            if skip(#"{"hex":""#) {
-                guard let decoded = hex(), skip("}") else { return nil }
+            if skip(#"{"hex":"#) {
+                guard let digits = string(), let decoded = decodeHex(digits), skip("}") else { return nil }
                 name = decoded
             } else {
                 guard let text = string() else { return nil }
@@ -84,25 +84,6 @@ struct NoticeReader {
         } while skip(",")
         guard skip("]") else { return nil }
         return ItemPath(components: components)
-    }
-
-    /// Lower-case hex digits up to the closing quote.
-    private mutating func hex() -> [UInt8]? {
-        var result: [UInt8] = []
-        func value(_ digit: UInt8) -> UInt8? {
-            switch digit {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): return digit - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): return digit - UInt8(ascii: "a") + 10
-            default: return nil
-            }
-        }
-        while index < bytes.endIndex, bytes[index] != UInt8(ascii: "\"") {
-            guard index + 1 < bytes.endIndex, let high = value(bytes[index]), let low = value(bytes[index + 1]) else { return nil }
-            result.append(high << 4 | low)
-            index += 2
-        }
-        guard skip("\"") else { return nil }
-        return result
     }
 
     /// A string with no `\u` escape, valid UTF-8.
