@@ -548,23 +548,22 @@ struct FileInfoCopy: @unchecked Sendable {
     }
 
     func reply(_ request: FuseRequest, with handle: OpenFile, passthrough backingID: Int32) {
+        withPassthroughInfo(handle) { request.reply(opened: $0, passthrough: backingID) }
+    }
+
+    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, passthrough backingID: Int32) {
+        withPassthroughInfo(handle) { request.reply(created: &entry, file: $0, passthrough: backingID) }
+    }
+
+    /// The file info of an answer through passthrough.
+    private func withPassthroughInfo(_ handle: OpenFile, _ body: (FileInfo) -> Void) {
         var info = self.info
         withUnsafeMutablePointer(to: &info) { pointer in
             let file = FileInfo(pointer)
             Handle.store(handle, in: file)
             // A reader's flush does nothing (see flush).
             file.noFlush = true
-            request.reply(opened: file, passthrough: backingID)
-        }
-    }
-
-    func replyCreated(_ request: FuseRequest, entry: inout fuse_entry_param, with handle: OpenFile, passthrough backingID: Int32) {
-        var info = self.info
-        withUnsafeMutablePointer(to: &info) { pointer in
-            let file = FileInfo(pointer)
-            Handle.store(handle, in: file)
-            file.noFlush = true
-            request.reply(created: &entry, file: file, passthrough: backingID)
+            body(file)
         }
     }
 

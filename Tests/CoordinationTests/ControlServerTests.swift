@@ -477,6 +477,21 @@ final class ControlServerTests: XCTestCase {
         XCTAssertTrue(log.all.contains { $0.contains("overflow") })
     }
 
+    /// A message the socket refuses (the client stopped reading: EPIPE) ends that connection, and
+    /// with it the client's presenters, as a closed connection does.
+    func testAClientWhoseSocketRefusesAMessageIsDisconnected() throws {
+        try startServer()
+        let client = try connect()
+        try client.send(.addPresenter(.init(presenter: PurposeID("gone"), path: path("a"))))
+        eventually("registered") { server.engine.registry.all().count == 1 }
+        let key = server.engine.registry.all()[0].key
+        XCTAssertEqual(shutdown(client.fd, Int32(SHUT_RD)), 0)
+        server.send(.presentedItemDidChange, id: MessageID(1), to: key, awaitingReply: false)
+        eventually("disconnected") { server.clients().isEmpty }
+        XCTAssertTrue(server.engine.registry.all().isEmpty)
+        XCTAssertTrue(log.all.contains { $0.contains("write failed") }, "\(log.all)")
+    }
+
     func testAClientCannotGrowTheDaemonWithoutBound() throws {
         try startServer(limit: 2)
         let client = try connect()
