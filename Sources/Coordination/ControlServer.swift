@@ -181,14 +181,19 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// process holds several connections, the oldest one is its owner.
     public func ownerOf(pid: pid_t) -> OwnerID? {
         let now = DispatchTime.now().uptimeNanoseconds
+        enum Lookup { case noClients, cached(OwnerID?), resolve([pid_t: OwnerID]) }
         // Asked for every request: the cache is read before anything is copied.
-        let found = state.withLock { state -> (owners: [pid_t: OwnerID], cached: OwnerID?)? in
-            guard !state.ownersByPID.isEmpty else { return nil }
-            if let cached = state.ownerCache[pid], cached.expires > now { return ([:], cached.owner) }
-            return (state.ownersByPID.mapValues { $0.min()! }, nil)
+        let lookup = state.withLock { state -> Lookup in
+            guard !state.ownersByPID.isEmpty else { return .noClients }
+            if let cached = state.ownerCache[pid], cached.expires > now { return .cached(cached.owner) }
+            return .resolve(state.ownersByPID.mapValues { $0.min()! })
         }
-        guard let (owners, cached) = found else { return nil }
-        if owners.isEmpty { return cached }
+        let owners: [pid_t: OwnerID]
+        switch lookup {
+        case .noClients: return nil
+        case .cached(let owner): return owner
+        case .resolve(let table): owners = table
+        }
         let owner = resolveOwner(pid, in: owners)
         state.withLock { state in
             if state.ownerCache.count > 4096 { state.ownerCache.removeAll() }

@@ -17,21 +17,12 @@ public enum PresenterMessage: Hashable, Sendable {
     case presentedItemDidGainVersion(String)
     case presentedSubitemDidGainVersion(at: ItemPath, version: String)
 
-    /// Messages that hold up the operation until the presenter answers (or its time runs out).
-    /// The others are notifications, sent without waiting.
-    public var expectsReply: Bool {
-        switch self {
-        case .relinquishPresentedItemToReader, .relinquishPresentedItemToWriter, .savePresentedItemChanges,
-             .accommodatePresentedItemDeletion, .accommodatePresentedSubitemDeletion:
-            return true
-        case .presentedItemDidChange, .presentedSubitemDidChange, .presentedSubitemDidAppear,
-             .presentedItemDidMove, .presentedSubitemDidMove, .reacquirePresentedItem,
-             .presentedItemDidGainVersion, .presentedSubitemDidGainVersion:
-            return false
-        }
-    }
+    /// Messages that hold up the operation until the presenter answers (or its time runs out),
+    /// unless the presenter awaits none of their kind: the requests. The others are notifications,
+    /// sent without waiting.
+    public var expectsReply: Bool { request != nil }
 
-    /// The request this message is, for the messages that expect a reply.
+    /// The request this message is; nil for a notification.
     public var request: PresenterRequests? {
         switch self {
         case .relinquishPresentedItemToReader: return .relinquishToReader
@@ -39,7 +30,10 @@ public enum PresenterMessage: Hashable, Sendable {
         case .savePresentedItemChanges: return .save
         case .accommodatePresentedItemDeletion: return .accommodateDeletion
         case .accommodatePresentedSubitemDeletion: return .accommodateSubitemDeletion
-        default: return nil
+        case .presentedItemDidChange, .presentedSubitemDidChange, .presentedSubitemDidAppear,
+             .presentedItemDidMove, .presentedSubitemDidMove, .reacquirePresentedItem,
+             .presentedItemDidGainVersion, .presentedSubitemDidGainVersion:
+            return nil
         }
     }
 
