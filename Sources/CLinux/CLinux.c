@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <linux/fs.h>
 #include <linux/nsfs.h>
@@ -35,6 +37,12 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
 int clinux_ficlone(int destination, int source) { return ioctl(destination, FICLONE, source); }
 int clinux_ns_parent(int fd) { return ioctl(fd, NS_GET_PARENT); }
 int clinux_syncfs(int fd) { return syncfs(fd); }
+long clinux_fs_type(int fd) {
+    struct statfs system;
+    return fstatfs(fd, &system) == 0 ? (long)system.f_type : -1;
+}
+unsigned int clinux_major(dev_t device) { return major(device); }
+unsigned int clinux_minor(dev_t device) { return minor(device); }
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }

@@ -1,3 +1,4 @@
+import CLinux
 import Glibc
 
 /// Small helpers for system calls on backing files: no Foundation, no String per request.
@@ -69,6 +70,35 @@ enum Backing {
         guard directory >= 0 else { return errno }
         defer { close(directory) }
         return fsync(directory) == 0 ? 0 : errno
+    }
+
+    /// Whether a file's fsync on the filesystem of `descriptor` also makes durable every earlier
+    /// change of names that touched the file (links made to it, links removed): true of XFS and of
+    /// ext4 with a journal, whose journals commit in order, so that a sync of the file commits them
+    /// too. False elsewhere (ext4 without a journal writes each directory on its own sync), and
+    /// when it cannot be told (docs/atomic-replace.md, "Durability").
+    static func fileSyncCarriesNames(onFileSystemOf descriptor: Int32) -> Bool {
+        switch clinux_fs_type(descriptor) {
+        case 0x5846_5342: return true  // XFS
+        case 0xEF53: break  // ext2, ext3 and ext4 share it: the journal is told in sysfs
+        default: return false
+        }
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0 else { return false }
+        // /sys/dev/block/MAJOR:MINOR leads to the device, whose name ext4 uses in /sys/fs/ext4.
+        let device = "/sys/dev/block/\(clinux_major(attributes.st_dev)):\(clinux_minor(attributes.st_dev))"
+        var target = [CChar](repeating: 0, count: Int(PATH_MAX))
+        let length = readlink(device, &target, target.count - 1)
+        guard length > 0 else { return false }
+        let name = String(decoding: target[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            .split(separator: "/").last.map(String.init) ?? ""
+        // The journal's thread, or "<none>" without a journal; absent for ext2 and ext3 drivers.
+        let task = open("/sys/fs/ext4/\(name)/journal_task", O_RDONLY | O_CLOEXEC)
+        guard task >= 0 else { return false }
+        defer { close(task) }
+        var value = [UInt8](repeating: 0, count: 32)
+        let read = Glibc.read(task, &value, value.count)
+        return read > 0 && value[0] >= UInt8(ascii: "0") && value[0] <= UInt8(ascii: "9")
     }
 
     /// The errno of the last failed call, or 0 when `result` says it succeeded.

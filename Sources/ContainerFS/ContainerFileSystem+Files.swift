@@ -451,8 +451,12 @@ extension ContainerFileSystem {
         guard handle.writesThroughSession else { return request.replySuccess() }
         // Only the closes of the process that wrote publish. A shell's redirection closes its first
         // descriptor before anything is written; a truncation alone is published at release.
-        let writer = handle.node.withSession { $0?.lastWriter ?? 0 }
-        guard writer != 0, writer == file.lockOwner else { return request.replySuccess() }
+        // A close after an fsync that published everything has nothing to decide.
+        let (writer, pending) = handle.node.withSession { session -> (UInt64, Bool) in
+            guard let session else { return (0, false) }
+            return (session.lastWriter, session.dirty || session.failure != 0)
+        }
+        guard writer != 0, writer == file.lockOwner, pending else { return request.replySuccess() }
         if ProcessState.isDyingFromSignal(request.caller.pid) {
             // A writer killed mid-session leaves the previous version.
             handle.node.withSession { if let session = $0 { shadows.discard(session) } }

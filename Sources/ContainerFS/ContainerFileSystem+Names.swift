@@ -140,6 +140,8 @@ extension ContainerFileSystem {
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
         // What such a save replaces is kept as a version, unless it is empty (docs/versions.md).
         let keepsReplaced = savesOver && destination.st_size > 0
+        let movesDirectory = source.st_mode & S_IFMT == S_IFDIR
+            || flags & RENAME_EXCHANGE != 0 && destination.st_mode & S_IFMT == S_IFDIR
         func operation() -> CoordinatedOperation {
             let sourcePath = nodes.itemPath(of: from, appending: oldName.bytes)
             let destinationPath = nodes.itemPath(of: to, appending: newOwned.bytes)
@@ -165,13 +167,15 @@ extension ContainerFileSystem {
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }
-            // What is above the moved item changed, and with it whether it writes in place.
-            self.inPlaceGeneration.add(1, ordering: .releasing)
             // Before the answer, while the kernel keeps lookups of these names waiting.
             var changed = newOwned.withPointer { self.noteMoved(name: FileName($0), in: to, from: from, oldName: oldName.bytes) }
             if flags & RENAME_EXCHANGE != 0 {
                 changed += oldName.withPointer { self.noteMoved(name: FileName($0), in: from, from: to, oldName: newOwned.bytes) }
             }
+            // What is above a moved directory's items changed, and with it whether they write in
+            // place (an answer asked meanwhile followed the old place); a moved file asks again
+            // alone (`NodeTable.didMove`).
+            if movesDirectory { self.inPlaceGeneration.add(1, ordering: .releasing) }
             request.replySuccess()
             for node in changed {
                 self.kernel?.invalidateInode(self.nodes.inodeNumber(of: node), offset: -1, length: 0)

@@ -628,6 +628,7 @@ final class NodeTable: @unchecked Sendable {
             let oldZone = moved.zone
             moved.setPlace(parent: parent, name: name.copy)
             moved.zone = zone
+            moved.inPlaceAnswer.store(0, ordering: .relaxed)
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
             guard moved.isDirectory, zone.isInheritedByChildren else { return [moved] }

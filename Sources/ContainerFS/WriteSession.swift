@@ -74,10 +74,14 @@ final class Shadows: @unchecked Sendable {
     /// Where previous versions go instead of being removed; nil keeps none.
     let versions: VersionKeeper?
 
+    /// Whether a file's fsync makes the changes of its links durable (`Backing.fileSyncCarriesNames`).
+    let fileSyncCarriesNames: Bool
+
     init(directory: Int32, logThreshold: off_t, versions: VersionKeeper? = nil) {
         self.directory = directory
         self.logThreshold = logThreshold
         self.versions = versions
+        fileSyncCarriesNames = Backing.fileSyncCarriesNames(onFileSystemOf: directory)
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -337,10 +341,12 @@ final class Shadows: @unchecked Sendable {
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
             guard durably else { return 0 }
-            // The mark was a link to the file, so the file's sync carries its removal, and its name
-            // (linked in at its creation), on a journaling filesystem: the directories' syncs then
-            // find nothing left to do. Elsewhere they write what they must.
-            guard fsync(session.shadow) == 0, fsync(directory) == 0 else { return errno }
+            guard fsync(session.shadow) == 0 else { return errno }
+            // The mark was a link to the file, and so is its name (linked in at its creation): where
+            // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
+            // the mark's directory and the name's are synced.
+            if fileSyncCarriesNames { return 0 }
+            guard fsync(directory) == 0 else { return errno }
             return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
         }
         if durably, fsync(session.shadow) != 0 { return errno }

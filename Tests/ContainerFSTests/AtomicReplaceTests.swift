@@ -193,13 +193,18 @@ final class AtomicReplaceTests: MountedTestCase {
             sys.exit(0 if seen == mark else 1)"
             """, in: home).status == 0
         }
-        sh("mkdir -p Documents/db Documents/plain && echo old > Documents/db/p && echo old > Documents/plain/q")
+        sh("mkdir -p Documents/db Documents/plain/sub && echo old > Documents/db/p && echo old > Documents/plain/q")
+        sh("echo old > Documents/plain/sub/r")
         XCTAssertFalse(writesInPlace("Documents/db/p"))
         sh("setfattr -n user.containerfs.write-in-place -v 1 Documents/db")
         XCTAssertTrue(writesInPlace("Documents/db/p"), "the attribute set on the directory above")
         XCTAssertFalse(writesInPlace("Documents/plain/q"))
+        XCTAssertFalse(writesInPlace("Documents/plain/sub/r"))
         sh("mv Documents/plain/q Documents/db/q")
         XCTAssertTrue(writesInPlace("Documents/db/q"), "moved below the attribute")
+        XCTAssertFalse(writesInPlace("Documents/plain/sub/r"), "a file's move changes nothing else")
+        sh("mv Documents/plain/sub Documents/db/sub")
+        XCTAssertTrue(writesInPlace("Documents/db/sub/r"), "its directory moved below the attribute")
         sh("setfattr -x user.containerfs.write-in-place Documents/db")
         XCTAssertFalse(writesInPlace("Documents/db/p"), "the attribute removed")
     }

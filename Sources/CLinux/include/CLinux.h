@@ -30,6 +30,10 @@ int clinux_set_lease(int fd, int exclusive);
 /// The parent of the user namespace open as `fd` (NS_GET_PARENT), or -1 with errno (EPERM above the caller's own).
 int clinux_ns_parent(int fd);
 int clinux_syncfs(int fd);
+/// The filesystem type (statfs's f_type) of what `fd` is on, or -1 with errno.
+long clinux_fs_type(int fd);
+unsigned int clinux_major(dev_t device);
+unsigned int clinux_minor(dev_t device);
 /// Gives memory malloc keeps for later use back to the system.
 int clinux_malloc_trim(size_t pad);
 
