@@ -40,7 +40,8 @@ extension ContainerFileSystem {
         }
         if writing && !inPlace {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
-                let error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access)
+                var error = flags & O_TRUNC != 0 ? self.clearSetIDOnTruncatingOpen(of: node, by: request.caller) : 0
+                if error == 0 { error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access) }
                 guard error == 0 else {
                     access.end(tookEffect: false)
                     return request.reply(error: error)
@@ -60,6 +61,10 @@ extension ContainerFileSystem {
                 let descriptor = openFile()
                 guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access, charge: charge), cache: .refill)
+            }
+            if flags & O_TRUNC != 0 {
+                let error = self.clearSetIDOnTruncatingOpen(of: node, by: request.caller)
+                guard error == 0 else { return self.fail(request, error, access: access) }
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
@@ -212,6 +217,15 @@ extension ContainerFileSystem {
                 }
                 let node = self.nodes.node(entry.ino)
                 let truncating = !made && flags & O_TRUNC != 0
+                if truncating {
+                    error = self.clearSetIDOnTruncatingOpen(of: node, by: caller)
+                    guard error == 0 else {
+                        close(descriptor)
+                        access.end(tookEffect: false)
+                        self.forget(entry.ino, count: 1)
+                        return request.reply(error: error)
+                    }
+                }
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
                 if spareName.isEmpty, live || self.writesInPlace(node) {
                     guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, flags: flags, on: node,

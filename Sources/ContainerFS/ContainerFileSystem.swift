@@ -248,6 +248,23 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         }
     }
 
+    /// An open that truncates, by someone without CAP_FSETID (told by uid, as for writes), clears
+    /// set-user-ID and a group-executable file's set-group-ID, as on a local disk. The kernel leaves
+    /// this to the daemon when the open itself truncates (atomic `O_TRUNC`): the file and its shadow
+    /// both lose them, and the kernel's cached mode is dropped.
+    func clearSetIDOnTruncatingOpen(of node: Node, by caller: Caller) -> Int32 {
+        guard caller.uid != 0, node.isRegularFile else { return 0 }
+        let (attributes, error) = node.attributes()
+        guard error == 0 else { return error }
+        var cleared = attributes
+        cleared.st_mode &= ~S_ISUID
+        if attributes.st_mode & S_IXGRP != 0 { cleared.st_mode &= ~S_ISGID }
+        guard cleared.st_mode != attributes.st_mode else { return 0 }
+        let changed = applyMetadata(cleared, fields: .mode, to: node)
+        kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
+        return changed
+    }
+
     /// Applies chmod, chown and utimes to the file, and to its shadow so that a publish keeps them.
     private func applyMetadata(_ new: stat, fields: AttributeFields, to node: Node) -> Int32 {
         let metadata = fields.intersection(.metadata)

@@ -30,13 +30,20 @@ final class MultiUserTests: MountedTestCase {
     }
 
     func testWritingAnotherUsersSetIDFileClearsItsSetIDBits() {
+        // Each way of writing: a shadow (rewrite), an appender, a truncation, an open that
+        // truncates, a live writer (through passthrough where it may), and a shared mapping (whose
+        // writes clear nothing on Linux).
         let script = """
-        for how in rewrite append truncate; do echo a > $how && chmod 6777 $how; done
+        for how in rewrite append truncate otrunc live mapped; do echo a > $how && chmod 6777 $how; done
         \(asUser) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
-        \(asUser) sh -c 'echo b >> append && truncate -s 0 truncate'
-        stat -c '%a %n' rewrite append truncate
+        \(asUser) sh -c 'echo b >> append && truncate -s 0 truncate && : > otrunc'
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("live", os.O_RDWR); os.pwrite(f, b"b", 0); os.pwrite(f, b"c", 1); os.close(f)'
+        \(asUser) /usr/bin/python3 -c '
+        import mmap, os
+        f = os.open("mapped", os.O_RDWR); m = mmap.mmap(f, 2); m[0:1] = b"b"; m.flush(); m.close(); os.close(f)'
+        stat -c '%a %n' rewrite append truncate otrunc live mapped
         """
-        inSharedDirectories(script, expected: "777 rewrite\n777 append\n777 truncate\n")
+        inSharedDirectories(script, expected: "777 rewrite\n777 append\n777 truncate\n777 otrunc\n777 live\n6777 mapped\n")
     }
 
     /// Runs `script` in a plain directory that everyone may write (sticky, as /tmp), where it must
