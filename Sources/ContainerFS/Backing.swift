@@ -1,4 +1,5 @@
 import CLinux
+import FUSELowLevel
 import Glibc
 
 /// Small helpers for system calls on backing files: no Foundation, no String per request.
@@ -35,15 +36,14 @@ enum Backing {
         return (attributes, result == 0 ? 0 : errno)
     }
 
-    /// Clears the set-user-ID bit, and the set-group-ID bit of a group-executable file, as a write
-    /// by someone without CAP_FSETID does on a local disk. The daemon writes as root, so the
-    /// backing filesystem would keep them, and the kernel leaves it to the daemon for writes that
-    /// bypass its cache. Returns 0 or the errno.
-    static func clearSetID(_ descriptor: Int32) -> Int32 {
+    /// Clears the set-ID bits that a change of the file's data by `caller` drops (`SetID`). The
+    /// daemon writes as root, so the backing filesystem would keep them, and the kernel leaves it
+    /// to the daemon for writes that bypass its cache. Returns 0 or the errno.
+    static func clearSetID(_ descriptor: Int32, changedBy caller: Caller) -> Int32 {
+        guard caller.uid != 0 else { return 0 }
         var attributes = stat()
         guard fstat(descriptor, &attributes) == 0 else { return errno }
-        var cleared = attributes.st_mode & ~S_ISUID
-        if attributes.st_mode & S_IXGRP != 0 { cleared &= ~S_ISGID }
+        let cleared = SetID.mode(attributes.st_mode, group: attributes.st_gid, afterChangeBy: caller)
         guard cleared != attributes.st_mode else { return 0 }
         return fchmod(descriptor, cleared & 0o7777) == 0 ? 0 : errno
     }

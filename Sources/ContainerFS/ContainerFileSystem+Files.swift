@@ -40,7 +40,7 @@ extension ContainerFileSystem {
         }
         if writing && !inPlace {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
-                var error = flags & O_TRUNC != 0 ? self.clearSetIDOnTruncatingOpen(of: node, by: request.caller) : 0
+                var error = flags & O_TRUNC != 0 ? self.clearSetIDAfterTruncation(of: node, by: request.caller) : 0
                 if error == 0 { error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access) }
                 guard error == 0 else {
                     access.end(tookEffect: false)
@@ -63,7 +63,7 @@ extension ContainerFileSystem {
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access, charge: charge), cache: .refill)
             }
             if flags & O_TRUNC != 0 {
-                let error = self.clearSetIDOnTruncatingOpen(of: node, by: request.caller)
+                let error = self.clearSetIDAfterTruncation(of: node, by: request.caller)
                 guard error == 0 else { return self.fail(request, error, access: access) }
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
@@ -218,7 +218,7 @@ extension ContainerFileSystem {
                 let node = self.nodes.node(entry.ino)
                 let truncating = !made && flags & O_TRUNC != 0
                 if truncating {
-                    error = self.clearSetIDOnTruncatingOpen(of: node, by: caller)
+                    error = self.clearSetIDAfterTruncation(of: node, by: caller)
                     guard error == 0 else {
                         close(descriptor)
                         access.end(tookEffect: false)
@@ -429,8 +429,8 @@ extension ContainerFileSystem {
             if firstWrite, request.caller.uid != 0 {
                 let error: Int32
                 switch target {
-                case .descriptor(let descriptor): error = Backing.clearSetID(descriptor)
-                case .log(let session): error = session.log.map { Backing.clearSetID($0.original) } ?? 0
+                case .descriptor(let descriptor): error = Backing.clearSetID(descriptor, changedBy: request.caller)
+                case .log(let session): error = session.log.map { Backing.clearSetID($0.original, changedBy: request.caller) } ?? 0
                 }
                 guard error == 0 else { return written = -Int(error) }
             }
@@ -534,8 +534,11 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
         var result: Int32 = 0
         let handle = Handle.get(file, as: OpenFile.self)
+        let caller = request.caller
         let error = withDescriptor(of: handle, writer: file.lockOwner) {
-            result = Backing.check(clinux_fallocate($0, mode, offset, length))
+            // As a write: the kernel's FUSE clears set-group-ID by the older rule alone.
+            result = Backing.clearSetID($0, changedBy: caller)
+            if result == 0 { result = Backing.check(clinux_fallocate($0, mode, offset, length)) }
         }
         if result == ENOSPC { failSession(of: handle, with: result) }
         request.reply(error: error != 0 ? error : result)

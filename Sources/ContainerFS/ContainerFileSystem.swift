@@ -220,6 +220,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             var error: Int32 = 0
             if fields.contains(.size) { error = self.truncate(node, to: new.st_size, published: &published) }
             if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
+            if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
             access.end(tookEffect: error == 0)
             error == 0 ? self.getattr(request, inode: inode, file: nil) : request.reply(error: error)
             if published { self.didPublish(node) }
@@ -248,17 +249,16 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         }
     }
 
-    /// An open that truncates, by someone without CAP_FSETID (told by uid, as for writes), clears
-    /// set-user-ID and a group-executable file's set-group-ID, as on a local disk. The kernel leaves
-    /// this to the daemon when the open itself truncates (atomic `O_TRUNC`): the file and its shadow
-    /// both lose them, and the kernel's cached mode is dropped.
-    func clearSetIDOnTruncatingOpen(of node: Node, by caller: Caller) -> Int32 {
+    /// A truncation by someone without CAP_FSETID (told by uid, as for writes) drops set-ID bits as
+    /// a write does (`SetID`). The kernel leaves it to the daemon when an open truncates (atomic
+    /// `O_TRUNC`), and clears set-group-ID by the older rule alone otherwise: the file and its
+    /// shadow both lose them, and the kernel's cached mode is dropped.
+    func clearSetIDAfterTruncation(of node: Node, by caller: Caller) -> Int32 {
         guard caller.uid != 0, node.isRegularFile else { return 0 }
         let (attributes, error) = node.attributes()
         guard error == 0 else { return error }
         var cleared = attributes
-        cleared.st_mode &= ~S_ISUID
-        if attributes.st_mode & S_IXGRP != 0 { cleared.st_mode &= ~S_ISGID }
+        cleared.st_mode = SetID.mode(attributes.st_mode, group: attributes.st_gid, afterChangeBy: caller)
         guard cleared.st_mode != attributes.st_mode else { return 0 }
         let changed = applyMetadata(cleared, fields: .mode, to: node)
         kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)

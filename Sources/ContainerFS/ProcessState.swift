@@ -1,3 +1,4 @@
+import FUSELowLevel
 import Glibc
 
 /// What the kernel says of a process making a request.
@@ -25,5 +26,40 @@ enum ProcessState {
         }
         guard let flags = field(9), flags & exiting != 0, let exitCode = field(52) else { return false }
         return exitCode & 0x7f != 0
+    }
+
+    /// Whether the process making a request is in `group`: its filesystem group, or one of its
+    /// supplementary groups (/proc/PID/status). False when that cannot be read.
+    static func isMember(_ caller: Caller, of group: gid_t) -> Bool {
+        if caller.gid == group { return true }
+        guard caller.pid > 0 else { return false }
+        var path = Array("/proc/\(caller.pid)/status".utf8CString)
+        let descriptor = open(&path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = read(descriptor, &buffer, buffer.count)
+        guard count > 0 else { return false }
+        for line in buffer[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Groups:".utf8)) {
+            return line.dropFirst(7).split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+                .contains { gid_t(String(decoding: $0, as: UTF8.self)) == group }
+        }
+        return false
+    }
+}
+
+/// Which set-ID bits a change of a file's data drops, as the kernel's VFS decides
+/// (`should_remove_suid`, `setattr_should_drop_sgid`): set-user-ID always, set-group-ID when the
+/// file is group-executable or the writer is not in its group. Root keeps both (CAP_FSETID, told
+/// by uid). The kernel's FUSE still clears set-group-ID by the older rule alone (group-executable),
+/// so the daemon applies the rest (docs/conformance.md).
+enum SetID {
+    static func mode(_ mode: mode_t, group: gid_t, afterChangeBy caller: Caller) -> mode_t {
+        guard caller.uid != 0, mode & (S_ISUID | S_ISGID) != 0 else { return mode }
+        var cleared = mode & ~S_ISUID
+        if mode & S_ISGID != 0, mode & S_IXGRP != 0 || !ProcessState.isMember(caller, of: group) {
+            cleared &= ~S_ISGID
+        }
+        return cleared
     }
 }

@@ -46,6 +46,17 @@ final class MultiUserTests: MountedTestCase {
         inSharedDirectories(script, expected: "777 rewrite\n777 append\n777 truncate\n777 otrunc\n777 live\n6777 mapped\n")
     }
 
+    func testAWriterOutsideTheFilesGroupClearsSetGroupIDEvenWithoutGroupExecute() {
+        // The kernel's VFS rule (setattr_should_drop_sgid); its FUSE applies only the older one.
+        let script = """
+        for how in rewrite truncate allocate; do echo a > $how && chmod 6666 $how; done
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
+        \(asUser) sh -c 'truncate -s 1 truncate && fallocate -l 8192 allocate'
+        stat -c '%a %n' rewrite truncate allocate
+        """
+        inSharedDirectories(script, expected: "666 rewrite\n666 truncate\n666 allocate\n")
+    }
+
     /// Runs `script` in a plain directory that everyone may write (sticky, as /tmp), where it must
     /// print `expected`, then in Documents, where it must print the same.
     private func inSharedDirectories(_ script: String, expected: String, line: UInt = #line) {
