@@ -9,16 +9,10 @@ enum ProcessState {
     /// Whether `pid` is exiting because a signal killed it. Its descriptors are then closed by the
     /// kernel, and a close of a file it was writing must not publish half of its writes.
     static func isDyingFromSignal(_ pid: pid_t) -> Bool {
-        guard pid > 0 else { return false }
-        var path = Array("/proc/\(pid)/stat".utf8CString)
-        let descriptor = open(&path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        let count = read(descriptor, &buffer, buffer.count)
-        guard count > 0, let nameEnd = buffer[0..<count].lastIndex(of: UInt8(ascii: ")")) else { return false }
+        guard let stat = contents(of: "stat", of: pid, upTo: 1024),
+              let nameEnd = stat.lastIndex(of: UInt8(ascii: ")")) else { return false }
         // Fields from the third on (state is field 3): flags is field 9, exit_code field 52.
-        let fields = buffer[(nameEnd + 2)..<count].split(separator: UInt8(ascii: " "))
+        let fields = stat[(nameEnd + 2)...].split(separator: UInt8(ascii: " "))
         func field(_ number: Int) -> UInt64? {
             let index = number - 3
             guard index < fields.count else { return nil }
@@ -32,19 +26,25 @@ enum ProcessState {
     /// supplementary groups (/proc/PID/status). False when that cannot be read.
     static func isMember(_ caller: Caller, of group: gid_t) -> Bool {
         if caller.gid == group { return true }
-        guard caller.pid > 0 else { return false }
-        var path = Array("/proc/\(caller.pid)/status".utf8CString)
-        let descriptor = open(&path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return false }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = read(descriptor, &buffer, buffer.count)
-        guard count > 0 else { return false }
-        for line in buffer[0..<count].split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Groups:".utf8)) {
+        guard let status = contents(of: "status", of: caller.pid, upTo: 4096) else { return false }
+        for line in status.split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Groups:".utf8)) {
             return line.dropFirst(7).split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
                 .contains { gid_t(String(decoding: $0, as: UTF8.self)) == group }
         }
         return false
+    }
+
+    /// The first `capacity` bytes of /proc/PID/`file`, or nil when they cannot be read (the
+    /// process is gone).
+    private static func contents(of file: String, of pid: pid_t, upTo capacity: Int) -> ArraySlice<UInt8>? {
+        guard pid > 0 else { return nil }
+        var path = Array("/proc/\(pid)/\(file)".utf8CString)
+        let descriptor = open(&path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: capacity)
+        let count = read(descriptor, &buffer, buffer.count)
+        return count > 0 ? buffer[0..<count] : nil
     }
 }
 
