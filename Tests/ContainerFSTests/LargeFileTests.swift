@@ -72,7 +72,8 @@ final class LargeFileTests: MountedTestCase {
     func testAChangeToPartOfALargeFileKeepsTheFileAndCopiesNothing() {
         makeLargeFile()
         let before = backingInode("Documents/large")
-        sh("printf 'changed' | dd of=Documents/large bs=1 seek=1000 conv=notrunc status=none")
+        // Write-only, so that it is logged (dd opens for reading and writing: a live writer).
+        syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'changed', 1000); os.close(f)", errno: 0)
         settle()
         XCTAssertEqual(backingInode("Documents/large"), before, "applied to the file itself, not published as a copy")
         XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=1000 count=7 status=none"), "changed")
@@ -82,6 +83,34 @@ final class LargeFileTests: MountedTestCase {
         XCTAssertEqual(backingInode("Documents/large"), before)
         XCTAssertEqual(sh("stat -c %s Documents/large"), "2097152\n")
         XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+    }
+
+    func testWithoutLeasesTheDaemonsOwnCountDecidesWhereALogIsApplied() throws {
+        // fs.leases-enable=0 makes F_SETLEASE fail with EINVAL, as it does for files of another
+        // owner: a log is then applied in place only when the daemon knows of no other open.
+        let setting = "/proc/sys/fs/leases-enable"
+        guard let before = try? String(contentsOfFile: setting, encoding: .utf8),
+              Shell.run("echo 0 > \(setting)").status == 0 else {
+            throw XCTSkip("cannot turn leases off here (\(setting) is not writable)")
+        }
+        defer { _ = Shell.run("echo \(before.trimmingCharacters(in: .whitespacesAndNewlines)) > \(setting)") }
+        makeLargeFile()
+        let inode = backingInode("Documents/large")
+        // Write-only, so that it is logged (dd opens for reading and writing: a live writer).
+        syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'alone', 1000); os.close(f)", errno: 0)
+        settle()
+        XCTAssertEqual(backingInode("Documents/large"), inode, "applied to the file itself")
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=1000 count=5 status=none"), "alone")
+        syscall("""
+        reader = os.open('Documents/large', os.O_RDONLY)
+        first = os.pread(reader, 5, 1000)
+        writer = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(writer, b'SHARE', 1000)
+        os.close(writer)
+        assert os.pread(reader, 5, 1000) == first, os.pread(reader, 5, 1000)
+        again = os.open('Documents/large', os.O_RDONLY)
+        assert os.pread(again, 5, 1000) == b'SHARE'
+        """, errno: 0)
     }
 
     func testAReaderOfALargeFileKeepsItsVersionWhileAWriterChangesIt() {
