@@ -57,6 +57,19 @@ final class MountCommandTests: XCTestCase {
         return true
     }
 
+    func testAMountWhoseRecordCannotBeWrittenFailsAndSaysWhere() throws {
+        try XCTSkipIf(geteuid() != 0, "making the records' directory immutable needs root")
+        let records = try Store.open(storePath).workPath + "/mounts"
+        try FileManager.default.createDirectory(atPath: records, withIntermediateDirectories: true)
+        try XCTSkipIf(Shell.run("chattr +i \(Shell.quote(records))").status != 0,
+                      "the filesystem has no immutable files (chattr +i failed)")
+        defer { _ = Shell.run("chattr -i \(Shell.quote(records))") }
+        let result = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(result.status, 0, "a mount nobody can find must not start")
+        XCTAssertTrue((result.output + result.error).contains(records), result.output + result.error)
+        XCTAssertFalse(isMounted)
+    }
+
     func testBackgroundMountAndUnmount() {
         let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
         XCTAssertEqual(mount.status, 0, mount.error)
