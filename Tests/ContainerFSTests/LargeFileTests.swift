@@ -155,6 +155,32 @@ final class LargeFileTests: MountedTestCase {
         XCTAssertEqual(sh("sha256sum Documents/large"), before)
     }
 
+    func testALoggedChangeTheFileCannotTakeIsRefusedWholeAtClose() throws {
+        makeLargeFile()
+        let file = mounted.backing() + "/Documents/large"
+        let before = sh("sha256sum Documents/large")
+        // The file turns immutable after its writer opened it: the log's blocks cannot be reserved
+        // in it, so nothing is committed, and the close says so.
+        let result = Shell.run("""
+        python3 -c "
+        import os, subprocess
+        f = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(f, b'never' * 100, 1000)
+        subprocess.run(['chattr', '+i', '\(file)'], check=True)
+        try:
+            os.close(f)
+            print('closed')
+        except OSError as e:
+            print(e.errno)"
+        """, in: home)
+        _ = Shell.run("chattr -i \(Shell.quote(file))")
+        try XCTSkipIf(result.status != 0, "the filesystem has no immutable files: \(result.error)")
+        XCTAssertEqual(result.output, "\(EPERM)\n", "the close reports why: \(result.error)")
+        settle()
+        XCTAssertEqual(sh("sha256sum Documents/large"), before, "the file is as it was")
+        XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+    }
+
     func testALogCommittedWhenTheDaemonStoppedIsAppliedAtTheNextMount() throws {
         makeLargeFile()
         let file = mounted.backing() + "/Documents/large"
