@@ -101,32 +101,30 @@ final class LargeFileTests: MountedTestCase {
         settle()
         XCTAssertEqual(backingInode("Documents/large"), inode, "applied to the file itself")
         XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=1000 count=5 status=none"), "alone")
+        writeWhileAReaderHasTheFile("SHARE", at: 1000)
+    }
+
+    /// Writes `text` at `offset` of Documents/large while a reader has it open: the reader keeps
+    /// reading its version, and the next open reads the change.
+    private func writeWhileAReaderHasTheFile(_ text: String, at offset: Int, thenAlso check: String = "") {
         syscall("""
         reader = os.open('Documents/large', os.O_RDONLY)
-        first = os.pread(reader, 5, 1000)
+        first = os.pread(reader, \(text.utf8.count), \(offset))
         writer = os.open('Documents/large', os.O_WRONLY)
-        os.pwrite(writer, b'SHARE', 1000)
+        os.pwrite(writer, b'\(text)', \(offset))
         os.close(writer)
-        assert os.pread(reader, 5, 1000) == first, os.pread(reader, 5, 1000)
+        assert os.pread(reader, \(text.utf8.count), \(offset)) == first, os.pread(reader, \(text.utf8.count), \(offset))
         again = os.open('Documents/large', os.O_RDONLY)
-        assert os.pread(again, 5, 1000) == b'SHARE'
+        assert os.pread(again, \(text.utf8.count), \(offset)) == b'\(text)'
+        \(check)
         """, errno: 0)
     }
 
     func testAReaderOfALargeFileKeepsItsVersionWhileAWriterChangesIt() {
         makeLargeFile()
         let before = backingInode("Documents/large")
-        syscall("""
-        reader = os.open('Documents/large', os.O_RDONLY)
-        first = os.pread(reader, 4, 0)
-        writer = os.open('Documents/large', os.O_WRONLY)
-        os.pwrite(writer, b'NEW!', 0)
-        os.close(writer)
-        assert os.pread(reader, 4, 0) == first, os.pread(reader, 4, 0)
-        again = os.open('Documents/large', os.O_RDONLY)
-        assert os.pread(again, 4, 0) == b'NEW!'
-        assert os.pread(again, 24, 2 * 1024 * 1024) == b'end of the first version'
-        """, errno: 0)
+        writeWhileAReaderHasTheFile("NEW!", at: 0,
+                                    thenAlso: "assert os.pread(again, 24, 2 * 1024 * 1024) == b'end of the first version'")
         XCTAssertNotEqual(backingInode("Documents/large"), before, "published as a copy, for the reader's sake")
     }
 
