@@ -270,6 +270,21 @@ def steps(directory, model):
     changed("new", b"rewrite v3 by fdatasync", os.O_WRONLY | os.O_TRUNC, sync=os.fdatasync)
     yield "an O_TRUNC rewrite, fdatasync"
 
+    # A close without a sync publishes too, and another file's sync then commits the journal with
+    # that publish in it: the file must be a version, never empty or torn (native may tear here).
+    unsynced = lambda _: None
+    model.wrote("new", b"rewrite v4, closed without a sync")
+    write_file(d("new"), b"rewrite v4, closed without a sync", os.O_WRONLY | os.O_TRUNC, sync=unsynced)
+    made("other", b"another file", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    yield "an O_TRUNC rewrite closed without a sync, then another file's fsync"
+
+    model.wrote("new", b"REWRITE v4, closed without a sync")
+    write_file(d("new"), b"REWRITE", os.O_WRONLY, sync=unsynced)
+    model.wrote("other", b"another file, v2")
+    write_file(d("other"), b"another file, v2", os.O_WRONLY | os.O_TRUNC)
+    model.sync("other")
+    yield "a write-only change closed without a sync, then another file's fsync"
+
     made("patched", b"0123456789", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     changed("patched", b"ABC", os.O_WRONLY, becomes=b"ABC3456789")
     yield "a write-only change without truncation, fsync"
@@ -343,11 +358,15 @@ def concurrent(directory, model, stop, seed):
             content = (b"%s v%d " % (name.encode(), version)) * rng.randint(1, 3000)
             kind = number % 4
             try:
-                if kind == 0:  # rewrites
+                if kind == 0:  # rewrites, every other one closed without a sync
                     model.wrote(name, content)
-                    write_file(path, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                    synced = version % 2 == 1
+                    write_file(path, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                               sync=os.fsync if synced else lambda _: None)
                     if version == 1:
                         fsync_path(directory)
+                    if not synced:
+                        continue
                 elif kind == 1:  # editor saves
                     temporary = path + ".tmp"
                     write_file(temporary, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -395,7 +414,7 @@ def concurrent(directory, model, stop, seed):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="ext4 only, four chosen cuts and two random ones")
+    parser.add_argument("--quick", action="store_true", help="ext4 only, five chosen cuts and two random ones")
     parser.add_argument("--filesystems", default="ext4,xfs")
     parser.add_argument("--random-cuts", type=int, default=10)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -409,8 +428,8 @@ def main():
     filesystems = ["ext4"] if arguments.quick else arguments.filesystems.split(",")
     random_cuts = 2 if arguments.quick else arguments.random_cuts
     print("powerloss: seed %d" % arguments.seed)
-    # A new file, a rewrite, a large file's logged change, an editor's save.
-    chosen = [2, 3, 6, 9] if arguments.quick else None
+    # A new file, a rewrite, one closed without a sync, a large file's logged change, an editor's save.
+    chosen = [2, 3, 5, 8, 11] if arguments.quick else None
     totals = {"cuts": 0, "checked": 0, "lost": 0, "torn": 0, "unclean": 0}
     failed = False
     root = tempfile.mkdtemp(prefix="containerfs-powerloss-")

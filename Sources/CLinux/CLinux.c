@@ -30,6 +30,9 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fallocate(fd, mode, offset, length); }
+int clinux_write_data_and_wait(int fd) {
+    return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+}
 int clinux_set_lease(int fd, int exclusive) { return fcntl(fd, F_SETLEASE, exclusive ? F_WRLCK : F_UNLCK); }
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags) {
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);

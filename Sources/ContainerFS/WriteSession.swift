@@ -335,6 +335,11 @@ final class Shadows: @unchecked Sendable {
             let error = convertLog(session, of: node)
             if error != 0 { return error }
         }
+        // A publish that is not synced still never leaves an empty or torn file to a power cut:
+        // the data is written first, and its blocks become the file's (ext4 and XFS convert them
+        // when the writes end), so that the journal commit that makes the publish durable
+        // (anyone's next sync) finds them (docs/atomic-replace.md, "Durability").
+        if !durably, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
             // would make the next mount empty the file.

@@ -23,6 +23,9 @@ int clinux_spawn_close_from(void *actions, int lowest);
 
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
+/// Writes the file's dirty data and waits for the writes to end (sync_file_range over the whole
+/// file: WAIT_BEFORE, WRITE, WAIT_AFTER). No cache flush, no journal commit. 0, or -1 with errno.
+int clinux_write_data_and_wait(int fd);
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
 int clinux_ficlone(int destination, int source);
 /// Takes (`exclusive`: a write lease) or drops (0) a lease on `fd` (F_SETLEASE). 0, or -1 with errno.
