@@ -529,7 +529,8 @@ final class Shadows: @unchecked Sendable {
             return errno
         }
         var end = log.end
-        error = DeltaLog.commit(session.shadow, end: &end) { fsync(directory) == 0 ? 0 : errno }
+        error = DeltaLog.commit(session.shadow, end: &end,
+                                syncNames: fileSyncCarriesNames ? nil : { fsync(self.directory) == 0 ? 0 : errno })
         guard error == 0 else {
             unlinkat(directory, target, 0)
             return error
@@ -551,6 +552,8 @@ final class Shadows: @unchecked Sendable {
             return error
         }
         // The link goes first, durably: a log without it is never applied again (`DeltaLog.recover`).
+        // Synced even where a file's sync carries names: a live writer's later fdatasync of the
+        // file commits none of them, and a cut would then apply this log again over what it wrote.
         guard unlinkat(directory, target, 0) == 0 else { return errno }
         return fsync(directory) == 0 ? 0 : errno
     }

@@ -1,4 +1,5 @@
 import CLinux
+import Crypto
 import Foundation
 
 /// The redo log of a rewrite that changes part of a large file (docs/atomic-replace.md, "Large
@@ -10,7 +11,8 @@ import Foundation
 /// version.
 ///
 /// Records: a 32-byte header (magic, kind, offset, length, then zeros), followed for a write by its
-/// `length` bytes of data.
+/// `length` bytes of data, and for a commit by the SHA-256 of every byte before it: a log is
+/// synced once, with its commit, and a commit whose log did not reach the disk whole does not count.
 public enum DeltaLog {
     public static let headerSize = 32
     /// Log files in a daemon's shadow directory are named with this prefix, and the file a committed
@@ -24,9 +26,15 @@ public enum DeltaLog {
         case write = 1
         /// The file is truncated (or extended) to `offset` bytes.
         case truncate = 2
-        /// Everything before is durable; the log is to be applied.
+        /// Everything before is durable; the log is to be applied. (Logs of earlier versions,
+        /// which synced the records before appending it.)
         case commit = 3
+        /// The log is to be applied if the SHA-256 of everything before it, which follows the
+        /// header (`length` bytes), matches.
+        case checkedCommit = 4
     }
+
+    private static let digestSize = SHA256.byteCount
 
     public struct Record: Equatable {
         public let kind: Kind
@@ -55,16 +63,38 @@ public enum DeltaLog {
         return error
     }
 
-    /// Commits the log: syncs what it holds, then appends and syncs the commit record. The caller
-    /// has made the log's name and its target's link durable (a sync of their directory) between.
-    public static func commit(_ log: Int32, end: inout off_t, syncingNamesWith syncNames: () -> Int32) -> Int32 {
-        guard fsync(log) == 0 else { return errno }
-        let named = syncNames()
-        guard named == 0 else { return named }
-        let error = writeHeader(log, at: end, kind: .commit, offset: 0, length: 0)
+    /// Commits the log: appends the commit record with the digest of what the log holds and syncs
+    /// the log, then `syncNames` (nil where the log's sync makes the names durable too: the log's
+    /// own and its target's link, `Backing.fileSyncCarriesNames`). One sync: a cut during it
+    /// leaves a commit whose digest does not match, or none.
+    public static func commit(_ log: Int32, end: inout off_t, syncNames: (() -> Int32)?) -> Int32 {
+        let (digest, readError) = self.digest(of: log, upTo: end)
+        guard readError == 0 else { return readError }
+        var error = writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digestSize))
         guard error == 0 else { return error }
-        end += off_t(headerSize)
-        return fsync(log) == 0 ? 0 : errno
+        let written = digest.withUnsafeBytes { pwrite(log, $0.baseAddress, digestSize, end + off_t(headerSize)) }
+        guard written == digestSize else { return written < 0 ? errno : EIO }
+        end += off_t(headerSize + digestSize)
+        guard fsync(log) == 0 else { return errno }
+        if let syncNames { error = syncNames() }
+        return error
+    }
+
+    /// The SHA-256 of the log's first `length` bytes.
+    private static func digest(of log: Int32, upTo length: off_t) -> (digest: [UInt8], error: Int32) {
+        var hash = SHA256()
+        var buffer = [UInt8](repeating: 0, count: min(Int(length), 1 << 20))
+        var position: off_t = 0
+        while position < length {
+            let want = min(buffer.count, Int(length - position))
+            let read = buffer.withUnsafeMutableBytes { pread(log, $0.baseAddress, want, position) }
+            if read < 0 && errno == EINTR { continue }
+            if read < 0 { return ([], errno) }
+            if read == 0 { return ([], EIO) }
+            buffer.withUnsafeBytes { hash.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<read])) }
+            position += off_t(read)
+        }
+        return (Array(hash.finalize()), 0)
     }
 
     /// The log's records in order, up to the first one that is missing or torn. `committed`: the
@@ -82,6 +112,15 @@ public enum DeltaLog {
                                 dataPosition: position + off_t(headerSize))
             guard record.offset >= 0, record.length >= 0 else { break }
             if kind == .commit { return (records, true, 0) }
+            if kind == .checkedCommit {
+                guard record.length == off_t(digestSize) else { break }
+                var stored = [UInt8](repeating: 0, count: digestSize)
+                let read = stored.withUnsafeMutableBytes { pread(log, $0.baseAddress, digestSize, record.dataPosition) }
+                if read < 0 { return (records, false, errno) }
+                let (digest, error) = digest(of: log, upTo: position)
+                if error != 0 && error != EIO { return (records, false, error) }
+                return (records, read == digestSize && error == 0 && digest == stored, 0)
+            }
             records.append(record)
             position = record.dataPosition + (kind == .write ? record.length : 0)
         }
@@ -99,7 +138,7 @@ public enum DeltaLog {
                 if error != 0 { return error }
             case .truncate:
                 if ftruncate(target, record.offset) != 0 { return errno }
-            case .commit:
+            case .commit, .checkedCommit:
                 return 0
             }
         }

@@ -38,11 +38,14 @@ final class DeltaLogTests: XCTestCase {
         if let size { XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: size), 0) }
         var namesSynced = false
         if committed {
-            XCTAssertEqual(DeltaLog.commit(log, end: &end) { namesSynced = true; return 0 }, 0)
+            XCTAssertEqual(DeltaLog.commit(log, end: &end, syncNames: { namesSynced = true; return 0 }), 0)
             XCTAssertTrue(namesSynced)
         }
         return log
     }
+
+    /// Where a write record's data and the commit record start in a log of one write of `length` bytes.
+    private func commitPosition(afterWriteOf length: Int) -> off_t { off_t(DeltaLog.headerSize + length) }
 
     func testRecordsApplyInTheOrderTheyWereWritten() {
         let target = file("target", "0123456789")
@@ -62,15 +65,55 @@ final class DeltaLogTests: XCTestCase {
 
     func testATornRecordEndsTheLog() {
         let log = log("delta-1", [(0, "whole")], committed: true)
-        // A second write whose header never made it, then a commit record after garbage.
-        XCTAssertEqual(pwrite(log, "garbage", 7, 37 + 32), 7)
+        let commit = commitPosition(afterWriteOf: 5)
+        let end = commit + off_t(DeltaLog.headerSize + 32)
+        // Garbage after the commit record (a later record that never made it) changes nothing.
+        XCTAssertEqual(pwrite(log, "garbage", 7, end), 7)
         let (records, committed, _) = DeltaLog.records(of: log)
         XCTAssertEqual(records.count, 1)
         XCTAssertTrue(committed, "the commit record right after the first write still counts")
-        XCTAssertEqual(ftruncate(log, 37 + 10), 0)
+        XCTAssertEqual(ftruncate(log, end - 1), 0)
         let torn = DeltaLog.records(of: log)
         XCTAssertEqual(torn.records.count, 1)
         XCTAssertFalse(torn.committed, "a commit record cut short is no commit")
+        close(log)
+    }
+
+    /// The log is synced once, with its commit record: a cut during that sync can leave the
+    /// record on the disk without a block of what it commits, which must then not count.
+    func testACommitWhoseLogDidNotReachTheDiskWholeDoesNotCount() {
+        close(file("file", "aaaaaaaaaa"))
+        let log = log("delta-1", [(1, "NEW")], committed: true)
+        XCTAssertTrue(DeltaLog.records(of: log).committed)
+        // The write's data as a block that never reached the disk reads back: zeros.
+        XCTAssertEqual(pwrite(log, [UInt8](repeating: 0, count: 3), 3, off_t(DeltaLog.headerSize)), 3)
+        XCTAssertFalse(DeltaLog.records(of: log).committed)
+        close(log)
+        XCTAssertEqual(link(directory + "/file", directory + "/delta-1.target"), 0)
+        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(contents("file"), "aaaaaaaaaa", "the file keeps its previous version")
+        XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted(), ["file"])
+    }
+
+    /// Logs of earlier versions synced their records before appending a commit without a digest.
+    func testACommitOfAnEarlierVersionStillCounts() {
+        close(file("file", "aaaaaaaaaa"))
+        let log = log("delta-1", [(1, "NEW")], committed: false)
+        XCTAssertEqual(DeltaLog.writeHeader(log, at: commitPosition(afterWriteOf: 3), kind: .commit, offset: 0, length: 0), 0)
+        XCTAssertTrue(DeltaLog.records(of: log).committed)
+        close(log)
+        XCTAssertEqual(link(directory + "/file", directory + "/delta-1.target"), 0)
+        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(contents("file"), "aNEWaaaaaa")
+    }
+
+    /// Where the log's sync makes names durable too, nothing else is synced.
+    func testACommitWithoutANameSync() {
+        let log = log("delta-1", [(1, "NEW")], committed: false)
+        var end = commitPosition(afterWriteOf: 3)
+        XCTAssertEqual(DeltaLog.commit(log, end: &end, syncNames: nil), 0)
+        XCTAssertEqual(end, commitPosition(afterWriteOf: 3) + off_t(DeltaLog.headerSize + 32))
+        XCTAssertTrue(DeltaLog.records(of: log).committed)
         close(log)
     }
 
