@@ -310,6 +310,15 @@ def steps(directory, model):
     model.sync("saved")
     yield "an editor's save: temporary file, fsync, rename over, fsync of the directory"
 
+    # sed -i and many scripts save without any sync: temporary file, rename over.
+    write_file(d(".saved.new"), b"editor v3, saved without a sync", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=unsynced)
+    model.wrote("saved", b"editor v3, saved without a sync")
+    os.rename(d(".saved.new"), d("saved"))
+    model.wrote("other", b"another file, v3")
+    write_file(d("other"), b"another file, v3", os.O_WRONLY | os.O_TRUNC)
+    model.sync("other")
+    yield "a save by rename without a sync, then another file's fsync"
+
     os.mkdir(d("folder"))
     model.wrote("folder", "dir")
     fsync_path(directory)
@@ -414,7 +423,7 @@ def concurrent(directory, model, stop, seed):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="ext4 only, five chosen cuts and two random ones")
+    parser.add_argument("--quick", action="store_true", help="ext4 only, six chosen cuts and two random ones")
     parser.add_argument("--filesystems", default="ext4,xfs")
     parser.add_argument("--random-cuts", type=int, default=10)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -428,8 +437,9 @@ def main():
     filesystems = ["ext4"] if arguments.quick else arguments.filesystems.split(",")
     random_cuts = 2 if arguments.quick else arguments.random_cuts
     print("powerloss: seed %d" % arguments.seed)
-    # A new file, a rewrite, one closed without a sync, a large file's logged change, an editor's save.
-    chosen = [2, 3, 5, 8, 11] if arguments.quick else None
+    # A new file, a rewrite, one closed without a sync, a large file's logged change, an editor's
+    # save, one without a sync.
+    chosen = [2, 3, 5, 8, 11, 12] if arguments.quick else None
     totals = {"cuts": 0, "checked": 0, "lost": 0, "torn": 0, "unclean": 0}
     failed = False
     root = tempfile.mkdtemp(prefix="containerfs-powerloss-")

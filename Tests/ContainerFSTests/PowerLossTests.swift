@@ -2,8 +2,9 @@ import Foundation
 import XCTest
 
 /// The quick part of the power-loss harness (scripts/powerloss.sh runs all of it): a store on an
-/// ext4 image, the power cut right after chosen fsyncs and at random points of a concurrent
-/// workload, each also on the image's filesystem directly, which must agree with the model.
+/// ext4 image, the power cut right after chosen fsyncs (and after a close without one that another
+/// file's fsync made durable) and at random points of a concurrent workload, each also on the
+/// image's filesystem directly, which must agree with the model.
 final class PowerLossTests: XCTestCase {
     func testWhatFsyncPromisedSurvivesAPowerCut() throws {
         guard geteuid() == 0 else { throw XCTSkip("cutting the power of a loop-mounted image needs root") }
