@@ -464,13 +464,16 @@ extension ContainerFileSystem {
         let handle = Handle.get(file, as: OpenFile.self)
         guard handle.writesThroughSession else { return request.replySuccess() }
         // Only the closes of the process that wrote publish. A shell's redirection closes its first
-        // descriptor before anything is written; a truncation alone is published at release.
-        // A close after an fsync that published everything has nothing to decide.
-        let (writer, pending) = handle.node.withSession { session -> (UInt64, Bool) in
-            guard let session else { return (0, false) }
-            return (session.lastWriter, session.dirty || session.failure != 0)
+        // descriptor before anything is written; the truncation of an `O_TRUNC` open alone is
+        // published at release, one by `ftruncate` at its thread's close. A close after an fsync
+        // that published everything has nothing to decide.
+        let (wrote, pending) = handle.node.withSession { session -> (Bool, Bool) in
+            guard let session else { return (false, false) }
+            let wrote = session.lastWriter != 0 && session.lastWriter == file.lockOwner
+                || session.truncater != 0 && session.truncater == request.caller.pid
+            return (wrote, session.dirty || session.failure != 0)
         }
-        guard writer != 0, writer == file.lockOwner, pending else { return request.replySuccess() }
+        guard wrote, pending else { return request.replySuccess() }
         if ProcessState.isDyingFromSignal(request.caller.pid) {
             // A writer killed mid-session leaves the previous version.
             handle.node.withSession { if let session = $0 { shadows.discard(session) } }

@@ -218,7 +218,9 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
                              isDirectory: node.isDirectory, caller: request.caller) { access in
             var published = false
             var error: Int32 = 0
-            if fields.contains(.size) { error = self.truncate(node, to: new.st_size, published: &published) }
+            if fields.contains(.size) {
+                error = self.truncate(node, to: new.st_size, by: file == nil ? 0 : request.caller.pid, published: &published)
+            }
             if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
             if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
             access.end(tookEffect: error == 0)
@@ -228,7 +230,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     }
 
     /// Truncates a file: in place, in its write session, or as a write session of its own.
-    private func truncate(_ node: Node, to size: off_t, published: inout Bool) -> Int32 {
+    /// `truncater`: the thread that truncates through a descriptor of the session, or 0.
+    private func truncate(_ node: Node, to size: off_t, by truncater: pid_t, published: inout Bool) -> Int32 {
         guard !writesInPlace(node) else {
             return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
         }
@@ -242,7 +245,10 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             }
             guard error == 0 else { return error }
             session.dirty = true
-            guard current == nil else { return 0 }
+            guard current == nil else {
+                if truncater != 0 { session.truncater = truncater }
+                return 0
+            }
             published = true
             node.sharing.noticeDecided()
             return shadows.publish(session, of: node, in: nodes, durably: false)

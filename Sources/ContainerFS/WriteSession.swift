@@ -28,6 +28,9 @@ final class WriteSession {
     /// The lock owner (the writing process's file table) of the last write: its close publishes.
     /// Closes by others, such as a forked child dropping an inherited descriptor, do not.
     var lastWriter: UInt64 = 0
+    /// The thread that truncated the file through its descriptor (`ftruncate`, with no write): its
+    /// close publishes too, as a writer's does (`truncate -s` then `stat` or `du`). 0: none.
+    var truncater: pid_t = 0
     /// Whether `shadow` is the file itself, which this session created: its published version is
     /// the empty file, and nobody else has opened it. Writing it in place spares a shadow inode and
     /// the deletion of the empty one. `shadowName` is then a second link to the file in the shadow
