@@ -49,6 +49,14 @@ def tests_of_group(suite, group):
     return tests
 
 
+def double(size):
+    """Twice a size as truncate(1) takes it ("6G" gives "12G")."""
+    match = re.fullmatch(r"(\d+)([KMGT]?)", size)
+    if not match:
+        raise SystemExit("xfstests: --image-size takes a number and an optional K, M, G or T: %s" % size)
+    return "%d%s" % (2 * int(match.group(1)), match.group(2))
+
+
 def ensure_users():
     """The users and group xfstests runs its permission tests as."""
     if subprocess.run(["getent", "group", "fsgqa"], stdout=subprocess.DEVNULL).returncode != 0:
@@ -231,7 +239,9 @@ def main():
             os.makedirs(native[key])
         # ContainerFS: a store for each mount on an ext4 image; the sources are only names
         # (`store=` says where the store is), so that umount of the source finds the mount.
-        setup.mount(setup.image("backing", "%s" % args.image_size), work + "/backing")
+        # Both stores share one image: twice the size, so that each has what a native image has
+        # free (tests that need gigabytes free check).
+        setup.mount(setup.image("backing", double(args.image_size)), work + "/backing")
         bundle = work + "/backing/X.app"
         os.makedirs(bundle)
         open(bundle + "/X", "w").close()
