@@ -228,7 +228,6 @@ enum BackgroundLauncher {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let length = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
         guard length > 0 else { throw ContainerError("cannot find my own executable in /proc/self/exe") }
-        buffer[length] = 0
-        return String(cString: buffer)
+        return String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
