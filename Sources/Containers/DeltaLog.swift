@@ -70,6 +70,7 @@ public enum DeltaLog {
     public static func commit(_ log: Int32, end: inout off_t, syncNames: (() -> Int32)?) -> Int32 {
         let (digest, readError) = self.digest(of: log, upTo: end)
         guard readError == 0 else { return readError }
+        guard let digest else { return EIO }   // shorter than its records: the log is not whole
         var error = writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digestSize))
         guard error == 0 else { return error }
         let written = digest.withUnsafeBytes { pwrite(log, $0.baseAddress, digestSize, end + off_t(headerSize)) }
@@ -80,8 +81,8 @@ public enum DeltaLog {
         return error
     }
 
-    /// The SHA-256 of the log's first `length` bytes.
-    private static func digest(of log: Int32, upTo length: off_t) -> (digest: [UInt8], error: Int32) {
+    /// The SHA-256 of the log's first `length` bytes; nil if the log is shorter.
+    private static func digest(of log: Int32, upTo length: off_t) -> (digest: [UInt8]?, error: Int32) {
         var hash = SHA256()
         var buffer = [UInt8](repeating: 0, count: min(Int(length), 1 << 20))
         var position: off_t = 0
@@ -89,8 +90,8 @@ public enum DeltaLog {
             let want = min(buffer.count, Int(length - position))
             let read = buffer.withUnsafeMutableBytes { pread(log, $0.baseAddress, want, position) }
             if read < 0 && errno == EINTR { continue }
-            if read < 0 { return ([], errno) }
-            if read == 0 { return ([], EIO) }
+            if read < 0 { return (nil, errno) }
+            if read == 0 { return (nil, 0) }
             buffer.withUnsafeBytes { hash.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<read])) }
             position += off_t(read)
         }
@@ -117,9 +118,10 @@ public enum DeltaLog {
                 var stored = [UInt8](repeating: 0, count: digestSize)
                 let read = stored.withUnsafeMutableBytes { pread(log, $0.baseAddress, digestSize, record.dataPosition) }
                 if read < 0 { return (records, false, errno) }
+                // A read that fails is an error (the log stays), not a log found torn.
                 let (digest, error) = digest(of: log, upTo: position)
-                if error != 0 && error != EIO { return (records, false, error) }
-                return (records, read == digestSize && error == 0 && digest == stored, 0)
+                if error != 0 { return (records, false, error) }
+                return (records, read == digestSize && digest == stored, 0)
             }
             records.append(record)
             position = record.dataPosition + (kind == .write ? record.length : 0)
