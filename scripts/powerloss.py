@@ -228,6 +228,10 @@ def fsync_path(path):
         os.close(descriptor)
 
 
+def unsynced(_descriptor):
+    """A close without a sync (`write_file`'s `sync`)."""
+
+
 def write_file(path, content, flags, sync=os.fsync):
     descriptor = os.open(path, flags, 0o644)
     try:
@@ -272,7 +276,6 @@ def steps(directory, model):
 
     # A close without a sync publishes too, and another file's sync then commits the journal with
     # that publish in it: the file must be a version, never empty or torn (native may tear here).
-    unsynced = lambda _: None
     model.wrote("new", b"rewrite v4, closed without a sync")
     write_file(d("new"), b"rewrite v4, closed without a sync", os.O_WRONLY | os.O_TRUNC, sync=unsynced)
     made("other", b"another file", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -371,7 +374,7 @@ def concurrent(directory, model, stop, seed):
                     model.wrote(name, content)
                     synced = version % 2 == 1
                     write_file(path, content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                               sync=os.fsync if synced else lambda _: None)
+                               sync=os.fsync if synced else unsynced)
                     if version == 1:
                         fsync_path(directory)
                     if not synced:
