@@ -49,7 +49,8 @@ public final class ControlClient: @unchecked Sendable {
             // is already waiting to be read.
             var helloError: (any Error)?
             do { try Self.write(fd, .hello(.init(clientName: clientName, processID: getpid()))) } catch { helloError = error }
-            guard let reply = try? Self.readOne(fd, &reader) ?? nil else {
+            var buffer: [UInt8] = []
+            guard let reply = try? Self.readOne(fd, &reader, buffer: &buffer) ?? nil else {
                 throw helloError ?? FileCoordinationError.connectionFailed("the daemon closed the connection")
             }
             switch reply {
@@ -152,10 +153,11 @@ public final class ControlClient: @unchecked Sendable {
 
     private func readLoop(_ initial: FrameReader) {
         var reader = initial
+        var buffer: [UInt8] = []
         var reason = "the daemon closed the connection"
         while true {
             do {
-                guard let message = try Self.readOne(fd, &reader) else { break }
+                guard let message = try Self.readOne(fd, &reader, buffer: &buffer) else { break }
                 dispatch(message)
             } catch {
                 reason = "\(error)"
@@ -225,11 +227,12 @@ public final class ControlClient: @unchecked Sendable {
         }
     }
 
-    /// The next message, or nil at a clean end of stream.
-    private static func readOne(_ fd: Int32, _ reader: inout FrameReader) throws -> ControlMessage? {
-        // Often the frames of one read: no buffer needed.
+    /// The next message, or nil at a clean end of stream. `buffer`: what to receive into, kept by
+    /// the caller so that a message costs no allocation of it.
+    private static func readOne(_ fd: Int32, _ reader: inout FrameReader, buffer: inout [UInt8]) throws -> ControlMessage? {
+        // Often the frames of one read: no receive needed.
         if let message = try reader.next() { return message }
-        var buffer = [UInt8](repeating: 0, count: 65536)
+        if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 65536) }
         while true {
             if let message = try reader.next() { return message }
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
