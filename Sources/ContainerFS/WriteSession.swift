@@ -349,7 +349,12 @@ final class Shadows: @unchecked Sendable {
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
             guard durably else { return 0 }
-            guard fsync(session.shadow) == 0 else { return errno }
+            guard fsync(session.shadow) == 0 else {
+                // A sync that fails leaves the previous version, as a rewrite's does: for a new
+                // file, the empty one (docs/atomic-replace.md, "A disk that fails").
+                let error = errno
+                return ftruncate(session.shadow, 0) == 0 ? error : errno
+            }
             // The mark was a link to the file, and so is its name (linked in at its creation): where
             // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
             // the mark's directory and the name's are synced.

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""Disk-failure harness: the store's disk dies under a mount, and every change that can no longer
+be made durable is reported to its writer and leaves the previous version.
+
+The store lives on an image (ext4 or XFS) that is itself a file on a second loop-mounted ext4 image,
+the lower disk. Shutting the lower filesystem down (FS_IOC_SHUTDOWN) kills the store's disk: every
+later write or uncached read of it fails with EIO, as a disk that stops answering does. (A
+device-mapper error target would do the same; this kernel has none.)
+
+Files are written and synced, the disk dies, then each kind of change is made: rewrites and
+changes closed with and without a sync, a large file's logged change, new files, an editor's save
+(which stops when its fsync fails), a directory's sync. Each runs on the image's filesystem
+directly too ("native"): its fsyncs must fail the same way. Through ContainerFS a close without a
+sync reports the error as well (native's close cannot: its writeback fails later, unseen), and the
+file reads as its previous version. The daemon must keep answering and unmount cleanly. Then the
+disk comes back: every file has its synced content on both, the next mount serves it, and
+`containerfs check` is clean after that mount.
+
+Usage: diskfail.py [--filesystems ext4,xfs] [--binary PATH]
+"""
+import argparse
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from powerloss import FS_IOC_SHUTDOWN, LARGE, NOLOGFLUSH, mounted, read, run
+
+APP = "org.diskfail.app"
+V1 = {name: (name + " v1 ").encode() * 40 for name in ("rewrite", "synced", "change", "save")}
+V1["large"] = b"L" * (4 * LARGE)
+
+
+class Disks:
+    """The lower disk (an ext4 image on a loop device) holding the store's image, mounted at `disk`."""
+
+    def __init__(self, root, filesystem):
+        self.root, self.filesystem = root, filesystem
+        self.lower_image = os.path.join(root, "lower.img")
+        self.lower = os.path.join(root, "lower")
+        self.image = os.path.join(self.lower, "store." + filesystem)
+        self.disk = os.path.join(root, "disk")
+        self.fuse = os.path.join(root, "fuse")
+        for directory in (self.lower, self.disk, self.fuse):
+            os.makedirs(directory, exist_ok=True)
+        self.lower_device = self.device = None
+
+    def make(self):
+        with open(self.lower_image, "wb") as image:
+            image.truncate(1 << 30)
+        run("mkfs.ext4", "-q", "-F", self.lower_image)
+        self.lower_device = run("losetup", "--find", "--show", self.lower_image).stdout.strip()
+        run("mount", self.lower_device, self.lower)
+        with open(self.image, "wb") as image:
+            image.truncate(512 << 20)
+        run(*(["mkfs.ext4", "-q", "-F"] if self.filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]), self.image)
+        self.attach()
+
+    def attach(self):
+        self.device = run("losetup", "--find", "--show", self.image).stdout.strip()
+        run("mount", self.device, self.disk)
+
+    def kill(self):
+        """The store's disk stops answering."""
+        descriptor = os.open(self.lower, os.O_RDONLY)
+        try:
+            fcntl.ioctl(descriptor, FS_IOC_SHUTDOWN, struct.pack("I", NOLOGFLUSH))
+        finally:
+            os.close(descriptor)
+
+    def detach(self):
+        """Unmounts the store's filesystem and frees its loop device (the lower disk stays)."""
+        if mounted(self.disk):
+            umount(self.disk)
+        if self.device:
+            subprocess.run(["losetup", "-d", self.device])
+            self.device = None
+
+    def revive(self):
+        """The disk comes back: both filesystems mounted again, their journals replayed."""
+        self.detach()
+        umount(self.lower)
+        run("mount", self.lower_device, self.lower)
+        self.attach()
+
+    def remove(self):
+        self.detach()
+        if mounted(self.lower):
+            umount(self.lower)
+        if self.lower_device:
+            subprocess.run(["losetup", "-d", self.lower_device])
+
+
+def umount(path):
+    # A filesystem just shut down may be busy for a moment.
+    for _ in range(50):
+        if subprocess.run(["umount", path], stderr=subprocess.PIPE).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("cannot unmount %s" % path)
+
+
+class Mount:
+    def __init__(self, binary, store, point):
+        self.point = point
+        self.daemon = subprocess.Popen([binary, "mount", "-f", store, point, "--app", APP,
+                                        "-o", "large_file=%d" % LARGE],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(200):
+            if mounted(point):
+                return
+            if self.daemon.poll() is not None:
+                raise RuntimeError("the daemon did not mount: " + self.daemon.stderr.read().decode())
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the mount did not appear")
+
+    def stop(self):
+        """Unmounts; returns what went wrong ("" when the daemon unmounted and exited)."""
+        problem = ""
+        if mounted(self.point) and subprocess.run(["fusermount3", "-u", self.point], stderr=subprocess.PIPE).returncode != 0:
+            problem = "fusermount3 -u failed; "
+            subprocess.run(["fusermount3", "-u", "-z", self.point], stderr=subprocess.DEVNULL)
+        try:
+            self.daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            problem += "the daemon did not exit after the unmount; "
+            self.daemon.kill()
+            self.daemon.wait()
+        return problem
+
+
+def attempt(*calls):
+    """Runs the calls in order, stopping at the first error: which call failed and with what."""
+    for label, call in calls:
+        try:
+            call()
+        except OSError as error:
+            return "%s: %s" % (label, errno.errorcode.get(error.errno, error.errno))
+    return None
+
+
+def change(path, content, flags, sync, at=None):
+    """Opens, writes, syncs (if `sync`) and closes: the first error."""
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        return "open: %s" % errno.errorcode.get(error.errno, error.errno)
+    try:
+        problem = attempt(("write", lambda: os.pwrite(descriptor, content, at) if at is not None
+                           else os.write(descriptor, content)),
+                          *((("fsync", lambda: os.fsync(descriptor)),) if sync else ()))
+    finally:
+        closed = attempt(("close", lambda: os.close(descriptor)))
+    return problem or closed
+
+
+def save(directory, name, content):
+    """An editor's save: a temporary file written and synced, renamed over the file, the directory
+    synced; an error stops it, as editors do."""
+    temporary = os.path.join(directory, "." + name + ".swp")
+    problem = change(temporary, content, os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=True)
+    if problem:
+        return problem
+    return attempt(("rename", lambda: os.rename(temporary, os.path.join(directory, name))),
+                   ("fsync of the directory", lambda: fsync_directory(directory)))
+
+
+def read_or_error(path):
+    try:
+        return read(path)
+    except OSError as error:
+        return errno.errorcode.get(error.errno, str(error.errno))
+
+
+def fsync_directory(path):
+    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def make_directory(directory):
+    return attempt(("mkdir", lambda: os.mkdir(os.path.join(directory, "folder"))),
+                   ("fsync of the directory", lambda: fsync_directory(directory)))
+
+
+# Each step after the disk died: (name, description, what it does, whether a sync in it must fail on
+# native too, what the file reads as through ContainerFS meanwhile).
+STEPS = [
+    ("rewrite", "an O_TRUNC rewrite closed without a sync",
+     lambda d: change(os.path.join(d, "rewrite"), b"v2", os.O_WRONLY | os.O_TRUNC, sync=False), False, V1["rewrite"]),
+    ("synced", "an O_TRUNC rewrite, fsync",
+     lambda d: change(os.path.join(d, "synced"), b"v2", os.O_WRONLY | os.O_TRUNC, sync=True), True, V1["synced"]),
+    ("change", "a change of one byte closed without a sync",
+     lambda d: change(os.path.join(d, "change"), b"X", os.O_WRONLY, sync=False, at=7), False, V1["change"]),
+    ("large", "a large file's logged change closed without a sync",
+     lambda d: change(os.path.join(d, "large"), b"X", os.O_WRONLY, sync=False, at=LARGE), False, V1["large"]),
+    ("new", "a new file closed without a sync",
+     lambda d: change(os.path.join(d, "new"), b"new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=False), False, b""),
+    ("new-synced", "a new file, fsync",
+     lambda d: change(os.path.join(d, "new-synced"), b"new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=True), True, b""),
+    ("save", "an editor's save (temporary file, fsync, rename over)",
+     lambda d: save(d, "save", b"saved"), True, V1["save"]),
+    ("folder", "mkdir, fsync of its directory", make_directory, True, "dir"),
+]
+
+
+def scenario(binary, root, filesystem, native):
+    """One run: returns the problems found (empty when every check held)."""
+    label = "%s %s" % (filesystem, "native" if native else "containerfs")
+    problems = []
+    disks = Disks(tempfile.mkdtemp(dir=root), filesystem)
+    mount = None
+    try:
+        disks.make()
+        store = os.path.join(disks.disk, "store")
+        if native:
+            directory = os.path.join(disks.disk, "plain")
+            os.makedirs(directory)
+        else:
+            bundle = os.path.join(disks.root, "bundle", "DiskFail.app")
+            os.makedirs(bundle)
+            with open(os.path.join(bundle, "Info.plist"), "w") as plist:
+                plist.write("<plist/>\n")
+            run(binary, "install", store, bundle, "--id", APP)
+            mount = Mount(binary, store, disks.fuse)
+            directory = os.path.join(disks.fuse, "Documents")
+        backing = os.path.join(store, "containers", APP, "Documents")
+        for name, content in V1.items():
+            if change(os.path.join(directory, name), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=True):
+                raise RuntimeError("%s: the first version could not be written" % label)
+        fsync_directory(directory)
+        os.sync()
+
+        disks.kill()
+        for name, description, step, sync_fails, previous in STEPS:
+            problem = step(directory)
+            expected = sync_fails or not native
+            verdict = []
+            if expected and not problem:
+                verdict.append("no error reported")
+            found = None if native else read_or_error(os.path.join(directory, name))
+            # XFS shuts itself down at its first failed write and then refuses every read: so
+            # does the mount then, and there is no version to see.
+            if found == "EIO" and read_or_error(os.path.join(backing, name)) == "EIO":
+                found = previous
+            if not native and found != previous:
+                verdict.append("reads %r, not the previous version" % (found[:24] if isinstance(found, bytes) else found))
+            problems += ["%s, %s: %s" % (label, description, v) for v in verdict]
+            print("%-18s %-58s %-30s %s" % (label, description, problem or "no error",
+                                             "FAILED: " + "; ".join(verdict) if verdict else "ok"))
+        with contextlib.suppress(OSError):
+            os.listdir(directory)
+        if mount:
+            problem = mount.stop()
+            mount = None
+            if problem:
+                problems.append("%s: after the disk died: %s" % (label, problem))
+
+        disks.revive()
+        if native:
+            served = os.path.join(disks.disk, "plain")
+        else:
+            mount = Mount(binary, store, disks.fuse)
+            served = os.path.join(disks.fuse, "Documents")
+        for name, content in V1.items():
+            if read(os.path.join(served, name)) != content:
+                problems.append("%s: %s lost its synced version after the disk came back" % (label, name))
+        for name in ("new", "new-synced"):
+            if read(os.path.join(served, name)) not in (None, b""):
+                problems.append("%s: %s has content that was never synced" % (label, name))
+        if mount:
+            problem = mount.stop()
+            mount = None
+            if problem:
+                problems.append("%s: after the disk came back: %s" % (label, problem))
+            check = subprocess.run([binary, "check", store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if check.returncode != 0:
+                problems.append("%s: check after the disk came back: %s" % (label, check.stdout.strip()))
+        print("%-18s %-58s %s" % (label, "the disk came back: synced versions, a clean check",
+                                  "FAILED" if any(p.startswith(label + ":") for p in problems) else "ok"))
+    finally:
+        if mount:
+            mount.stop()
+        disks.remove()
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--filesystems", default="ext4,xfs")
+    parser.add_argument("--binary", default=None)
+    arguments = parser.parse_args()
+    if os.geteuid() != 0:
+        print("diskfail: needs root (loop devices, mounts, FS_IOC_SHUTDOWN)")
+        return 2
+    binary = arguments.binary or os.path.join(os.path.dirname(__file__), "..", ".build", "debug", "containerfs")
+    problems, runs = [], 0
+    root = tempfile.mkdtemp(prefix="containerfs-diskfail-")
+    try:
+        for filesystem in arguments.filesystems.split(","):
+            if shutil.which("mkfs." + filesystem) is None:
+                print("diskfail: skipping %s: mkfs.%s is missing (scripts/powerloss.sh installs it)" % (filesystem, filesystem))
+                continue
+            for native in (True, False):
+                problems += scenario(binary, root, filesystem, native)
+                runs += 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("diskfail: runs %d, steps %d, problems %d" % (runs, runs * len(STEPS), len(problems)))
+    for problem in problems:
+        print("  " + problem)
+    return 1 if problems or runs == 0 else 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
