@@ -2,10 +2,10 @@
 """Disk-failure harness: the store's disk dies under a mount, and every change that can no longer
 be made durable is reported to its writer and leaves the previous version.
 
-The store lives on an image (ext4 or XFS) that is itself a file on a second loop-mounted ext4 image,
-the lower disk. Shutting the lower filesystem down (FS_IOC_SHUTDOWN) kills the store's disk: every
-later write or uncached read of it fails with EIO, as a disk that stops answering does. (A
-device-mapper error target would do the same; this kernel has none.)
+The store lives on an image (ext4, XFS or btrfs) that is itself a file on a second loop-mounted ext4
+image, the lower disk (`powerloss.Image`). Shutting the lower filesystem down (FS_IOC_SHUTDOWN)
+kills the store's disk: every later write or uncached read of it fails with EIO, as a disk that
+stops answering does. (A device-mapper error target would do the same; this kernel has none.)
 
 Files are written and synced, the disk dies, then each kind of change is made: rewrites and
 changes closed with and without a sync, a large file's logged change, new files, an editor's save
@@ -16,95 +16,23 @@ file reads as its previous version. The daemon must keep answering and unmount c
 disk comes back: every file has its synced content on both, the next mount serves it, and
 `containerfs check` is clean after that mount.
 
-Usage: diskfail.py [--filesystems ext4,xfs] [--binary PATH]
+Usage: diskfail.py [--filesystems ext4,xfs,btrfs] [--binary PATH]
 """
 import argparse
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-from powerloss import FS_IOC_SHUTDOWN, LARGE, NOLOGFLUSH, mounted, read, run
+from powerloss import APP, LARGE, Image, mounted, read
 
-APP = "org.diskfail.app"
 V1 = {name: (name + " v1 ").encode() * 40 for name in ("rewrite", "synced", "change", "save")}
 V1["large"] = b"L" * (4 * LARGE)
-
-
-class Disks:
-    """The lower disk (an ext4 image on a loop device) holding the store's image, mounted at `disk`."""
-
-    def __init__(self, root, filesystem):
-        self.root, self.filesystem = root, filesystem
-        self.lower_image = os.path.join(root, "lower.img")
-        self.lower = os.path.join(root, "lower")
-        self.image = os.path.join(self.lower, "store." + filesystem)
-        self.disk = os.path.join(root, "disk")
-        self.fuse = os.path.join(root, "fuse")
-        for directory in (self.lower, self.disk, self.fuse):
-            os.makedirs(directory, exist_ok=True)
-        self.lower_device = self.device = None
-
-    def make(self):
-        with open(self.lower_image, "wb") as image:
-            image.truncate(1 << 30)
-        run("mkfs.ext4", "-q", "-F", self.lower_image)
-        self.lower_device = run("losetup", "--find", "--show", self.lower_image).stdout.strip()
-        run("mount", self.lower_device, self.lower)
-        with open(self.image, "wb") as image:
-            image.truncate(512 << 20)
-        run(*(["mkfs.ext4", "-q", "-F"] if self.filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]), self.image)
-        self.attach()
-
-    def attach(self):
-        self.device = run("losetup", "--find", "--show", self.image).stdout.strip()
-        run("mount", self.device, self.disk)
-
-    def kill(self):
-        """The store's disk stops answering."""
-        descriptor = os.open(self.lower, os.O_RDONLY)
-        try:
-            fcntl.ioctl(descriptor, FS_IOC_SHUTDOWN, struct.pack("I", NOLOGFLUSH))
-        finally:
-            os.close(descriptor)
-
-    def detach(self):
-        """Unmounts the store's filesystem and frees its loop device (the lower disk stays)."""
-        if mounted(self.disk):
-            umount(self.disk)
-        if self.device:
-            subprocess.run(["losetup", "-d", self.device])
-            self.device = None
-
-    def revive(self):
-        """The disk comes back: both filesystems mounted again, their journals replayed."""
-        self.detach()
-        umount(self.lower)
-        run("mount", self.lower_device, self.lower)
-        self.attach()
-
-    def remove(self):
-        self.detach()
-        if mounted(self.lower):
-            umount(self.lower)
-        if self.lower_device:
-            subprocess.run(["losetup", "-d", self.lower_device])
-
-
-def umount(path):
-    # A filesystem just shut down may be busy for a moment.
-    for _ in range(50):
-        if subprocess.run(["umount", path], stderr=subprocess.PIPE).returncode == 0:
-            return
-        time.sleep(0.1)
-    raise RuntimeError("cannot unmount %s" % path)
 
 
 class Mount:
@@ -218,30 +146,23 @@ def scenario(binary, root, filesystem, native):
     """One run: returns the problems found (empty when every check held)."""
     label = "%s %s" % (filesystem, "native" if native else "containerfs")
     problems = []
-    disks = Disks(tempfile.mkdtemp(dir=root), filesystem)
+    image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, native, lower=True)
     mount = None
     try:
-        disks.make()
-        store = os.path.join(disks.disk, "store")
+        image.make()
+        backing = os.path.join(image.store, "containers", APP, "Documents")
         if native:
-            directory = os.path.join(disks.disk, "plain")
-            os.makedirs(directory)
+            directory = image.start()
         else:
-            bundle = os.path.join(disks.root, "bundle", "DiskFail.app")
-            os.makedirs(bundle)
-            with open(os.path.join(bundle, "Info.plist"), "w") as plist:
-                plist.write("<plist/>\n")
-            run(binary, "install", store, bundle, "--id", APP)
-            mount = Mount(binary, store, disks.fuse)
-            directory = os.path.join(disks.fuse, "Documents")
-        backing = os.path.join(store, "containers", APP, "Documents")
+            mount = Mount(binary, image.store, image.fuse)
+            directory = os.path.join(image.fuse, "Documents")
         for name, content in V1.items():
             if change(os.path.join(directory, name), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=True):
                 raise RuntimeError("%s: the first version could not be written" % label)
         fsync_directory(directory)
         os.sync()
 
-        disks.kill()
+        image.cut()  # the lower disk: the store's disk dies
         for name, description, step, sync_fails, previous in STEPS:
             problem = step(directory)
             expected = sync_fails or not native
@@ -249,8 +170,8 @@ def scenario(binary, root, filesystem, native):
             if expected and not problem:
                 verdict.append("no error reported")
             found = None if native else read_or_error(os.path.join(directory, name))
-            # XFS shuts itself down at its first failed write and then refuses every read: so
-            # does the mount then, and there is no version to see.
+            # XFS and btrfs stop at their first failed write and then refuse reads: so does the
+            # mount then, and there is no version to see.
             if found == "EIO" and read_or_error(os.path.join(backing, name)) == "EIO":
                 found = previous
             if not native and found != previous:
@@ -266,12 +187,11 @@ def scenario(binary, root, filesystem, native):
             if problem:
                 problems.append("%s: after the disk died: %s" % (label, problem))
 
-        disks.revive()
-        if native:
-            served = os.path.join(disks.disk, "plain")
-        else:
-            mount = Mount(binary, store, disks.fuse)
-            served = os.path.join(disks.fuse, "Documents")
+        image.stop()
+        served = image.reopen()  # the disk is back
+        if not native:
+            mount = Mount(binary, image.store, image.fuse)
+            served = os.path.join(image.fuse, "Documents")
         for name, content in V1.items():
             if read(os.path.join(served, name)) != content:
                 problems.append("%s: %s lost its synced version after the disk came back" % (label, name))
@@ -283,7 +203,7 @@ def scenario(binary, root, filesystem, native):
             mount = None
             if problem:
                 problems.append("%s: after the disk came back: %s" % (label, problem))
-            check = subprocess.run([binary, "check", store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            check = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             if check.returncode != 0:
                 problems.append("%s: check after the disk came back: %s" % (label, check.stdout.strip()))
         print("%-18s %-58s %s" % (label, "the disk came back: synced versions, a clean check",
@@ -291,13 +211,13 @@ def scenario(binary, root, filesystem, native):
     finally:
         if mount:
             mount.stop()
-        disks.remove()
+        image.remove()
     return problems
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--filesystems", default="ext4,xfs")
+    parser.add_argument("--filesystems", default="ext4,xfs,btrfs")
     parser.add_argument("--binary", default=None)
     arguments = parser.parse_args()
     if os.geteuid() != 0:
@@ -309,7 +229,7 @@ def main():
     try:
         for filesystem in arguments.filesystems.split(","):
             if shutil.which("mkfs." + filesystem) is None:
-                print("diskfail: skipping %s: mkfs.%s is missing (scripts/powerloss.sh installs it)" % (filesystem, filesystem))
+                print("diskfail: skipping %s: mkfs.%s is missing (scripts/setup.sh installs it)" % (filesystem, filesystem))
                 continue
             for native in (True, False):
                 problems += scenario(binary, root, filesystem, native)

@@ -5,7 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-command -v mkfs.xfs >/dev/null || { echo "diskfail: installing xfsprogs"; apt-get install -y -qq xfsprogs >/dev/null; }
 export PATH="/opt/swift/usr/bin:$PATH"
 swift build
 exec python3 scripts/diskfail.py --binary "$(swift build --show-bin-path)/containerfs" "$@"

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Power-loss harness: cuts the power under a ContainerFS mount and checks what fsync promised.
 
-A store lives on a loop-mounted image (ext4, XFS). A workload runs through a mount of it; the power
-is cut with FS_IOC_SHUTDOWN without flushing the log (what `xfs_io -x -c 'shutdown'` does), which
-loses whatever was not made durable, as a power cut would. The image is then mounted again and every
+A store lives on a loop-mounted image (ext4, XFS, btrfs). A workload runs through a mount of it; the
+power is cut with FS_IOC_SHUTDOWN without flushing the log (what `xfs_io -x -c 'shutdown'` does),
+which loses whatever was not made durable, as a power cut would. btrfs refuses that ioctl: its image
+is a file on a second ext4 image, which is shut down instead (`--lower` does the same for all). The
+image is then mounted again and every
 file is checked against a model of what was synced: a file synced with some content must have it
 (or a later one that was written), and never anything that was never written (torn). Each workload
 also runs on the image's filesystem directly ("native"), so that the model is known to be right.
 
-Usage: powerloss.py [--quick] [--filesystems ext4,xfs] [--random-cuts N] [--seed S]
+Usage: powerloss.py [--quick] [--filesystems ext4,xfs,btrfs] [--lower] [--random-cuts N] [--seed S]
 """
 import argparse
 import contextlib
@@ -38,27 +40,40 @@ def run(*args, **kwargs):
 
 
 class Image:
-    """A loop-mounted filesystem image holding a store; mounted through ContainerFS or used natively."""
+    """A loop-mounted filesystem image holding a store; mounted through ContainerFS or used natively.
 
-    def __init__(self, root, filesystem, binary, native):
+    `lower`: the image is a file on a second loop-mounted ext4 image (the lower disk), and the power
+    is cut under it by shutting the lower disk down without flushing its log: what the image's
+    filesystem had not flushed (its syncs reach the lower disk as flushes of the image's file) is
+    lost, whatever that filesystem is. This cuts btrfs, which refuses FS_IOC_SHUTDOWN, and kills a
+    disk for `diskfail.py`."""
+
+    def __init__(self, root, filesystem, binary, native, lower=False):
         self.root, self.filesystem, self.binary, self.native = root, filesystem, binary, native
-        self.path = os.path.join(root, "image." + filesystem)
+        self.lower = os.path.join(root, "lower") if lower else None
+        self.path = os.path.join(self.lower or root, "image." + filesystem)
         self.disk = os.path.join(root, "disk")
         self.fuse = os.path.join(root, "fuse")
-        os.makedirs(self.disk, exist_ok=True)
-        os.makedirs(self.fuse, exist_ok=True)
+        for directory in (self.disk, self.fuse) + ((self.lower,) if lower else ()):
+            os.makedirs(directory, exist_ok=True)
         self.daemon = None
         self.device = None
+        self.lower_device = None
 
     def make(self):
+        if self.lower:
+            lower_image = os.path.join(self.root, "lower.img")
+            with open(lower_image, "wb") as image:
+                image.truncate(1 << 30)
+            run("mkfs.ext4", "-q", "-F", lower_image)
+            self.lower_device = run("losetup", "--find", "--show", lower_image).stdout.strip()
+            run("mount", self.lower_device, self.lower)
         with open(self.path, "wb") as image:
             image.truncate(512 << 20)
-        mkfs = ["mkfs.ext4", "-q", "-F"] if self.filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]
+        mkfs = {"ext4": ["mkfs.ext4", "-q", "-F"], "xfs": ["mkfs.xfs", "-q", "-f"],
+                "btrfs": ["mkfs.btrfs", "-q", "-f"]}[self.filesystem]
         run(*mkfs, self.path)
-        # One loop device for the image's life: an automatic one is released after the unmount, at
-        # a moment of the kernel's choosing, and the next mount would find it still there.
-        self.device = run("losetup", "--find", "--show", self.path).stdout.strip()
-        run("mount", self.device, self.disk)
+        self.attach()
         if self.native:
             os.makedirs(os.path.join(self.disk, "Documents"))
             return
@@ -66,7 +81,19 @@ class Image:
         os.makedirs(bundle, exist_ok=True)
         with open(os.path.join(bundle, "Info.plist"), "w") as plist:
             plist.write("<plist/>\n")
-        run(self.binary, "install", os.path.join(self.disk, "store"), bundle, "--id", APP)
+        run(self.binary, "install", self.store, bundle, "--id", APP)
+
+    @property
+    def store(self):
+        return os.path.join(self.disk, "store")
+
+    def attach(self):
+        # One loop device for the image's life (or the lower disk's): an automatic one is released
+        # after the unmount, at a moment of the kernel's choosing, and the next mount would find it
+        # still there.
+        if self.device is None:
+            self.device = run("losetup", "--find", "--show", self.path).stdout.strip()
+        run("mount", self.device, self.disk)
 
     def start(self):
         """Mounts the store (if not native); returns the directory the workload writes in."""
@@ -74,7 +101,7 @@ class Image:
             return os.path.join(self.disk, "Documents")
         # Files of 64 KiB count as large: their write-only changes go through a redo log
         # (docs/atomic-replace.md, "Large files"), which the workloads below change.
-        self.daemon = subprocess.Popen([self.binary, "mount", "-f", os.path.join(self.disk, "store"), self.fuse,
+        self.daemon = subprocess.Popen([self.binary, "mount", "-f", self.store, self.fuse,
                                         "--app", APP, "-o", "large_file=%d" % LARGE],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         for _ in range(200):
@@ -85,10 +112,12 @@ class Image:
             time.sleep(0.05)
         raise RuntimeError("the mount did not appear")
 
-    def cut(self, model):
-        """Cuts the power: the image's filesystem stops, and loses what was not durable."""
-        model.cut_at = time.monotonic()
-        descriptor = os.open(self.disk, os.O_RDONLY)
+    def cut(self, model=None):
+        """Cuts the power: the image's filesystem (or the lower disk) stops, and loses what was not
+        durable."""
+        if model is not None:
+            model.cut_at = time.monotonic()
+        descriptor = os.open(self.lower or self.disk, os.O_RDONLY)
         try:
             fcntl.ioctl(descriptor, FS_IOC_SHUTDOWN, struct.pack("I", NOLOGFLUSH))
         finally:
@@ -105,21 +134,21 @@ class Image:
                 self.daemon.wait()
             self.daemon = None
         if not keep_disk and mounted(self.disk):
-            # A filesystem just shut down may still be busy for a moment.
-            for _ in range(50):
-                if subprocess.run(["umount", self.disk], stderr=subprocess.PIPE).returncode == 0:
-                    break
-                time.sleep(0.1)
-            else:
-                raise RuntimeError("cannot unmount the image: " + subprocess.run(
-                    ["umount", self.disk], stderr=subprocess.PIPE, text=True).stderr.strip())
+            umount(self.disk)
 
     def reopen(self):
         """Mounts the image again after a cut: the directory where the workload's files now are."""
-        result = subprocess.run(["mount", self.device, self.disk], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        if result.returncode != 0:
-            raise RuntimeError("the image does not mount after the cut: " + result.stdout.strip())
+        if self.lower:
+            # The image's loop device holds its file open on the lower disk, which cannot unmount
+            # until it is gone.
+            subprocess.run(["losetup", "-d", self.device])
+            self.device = None
+            umount(self.lower)
+            run("mount", self.lower_device, self.lower)
+        try:
+            self.attach()
+        except subprocess.CalledProcessError as error:
+            raise RuntimeError("the image does not mount after the cut: " + error.stderr.strip())
         if self.native:
             return os.path.join(self.disk, "Documents")
         return os.path.join(self.disk, "store", "containers", APP, "Documents")
@@ -138,7 +167,7 @@ class Image:
                     return "%s: the mount serves %r, the disk has %r" % (name, through_mount, on_disk)
         finally:
             self.stop(keep_disk=True)
-        result = subprocess.run([self.binary, "check", os.path.join(self.disk, "store")],
+        result = subprocess.run([self.binary, "check", self.store],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return "" if result.returncode == 0 else "check: " + result.stdout.strip()
 
@@ -146,8 +175,26 @@ class Image:
         self.stop()
         if self.device:
             subprocess.run(["losetup", "-d", self.device])
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        if self.lower:
+            if mounted(self.lower):
+                umount(self.lower)
+            if self.lower_device:
+                subprocess.run(["losetup", "-d", self.lower_device])
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.root, "lower.img"))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+def umount(path):
+    """Unmounts `path`; a filesystem just shut down may still be busy for a moment."""
+    for _ in range(50):
+        if subprocess.run(["umount", path], stderr=subprocess.PIPE).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("cannot unmount %s: %s" % (path, subprocess.run(
+        ["umount", path], stderr=subprocess.PIPE, text=True).stderr.strip()))
 
 
 class Model:
@@ -426,8 +473,11 @@ def concurrent(directory, model, stop, seed):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="ext4 only, six chosen cuts and two random ones")
-    parser.add_argument("--filesystems", default="ext4,xfs")
+    parser.add_argument("--quick", action="store_true",
+                        help="ext4 and btrfs only, six chosen cuts, a restore and two random ones")
+    parser.add_argument("--filesystems", default="ext4,xfs,btrfs")
+    parser.add_argument("--lower", action="store_true",
+                        help="cut the power under ext4 and XFS too by shutting down a disk their image is a file on")
     parser.add_argument("--random-cuts", type=int, default=10)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     parser.add_argument("--binary", default=None)
@@ -437,7 +487,7 @@ def main():
         print("powerloss: needs root (loop devices, mounts, FS_IOC_SHUTDOWN)")
         return 2
     binary = arguments.binary or os.path.join(os.path.dirname(__file__), "..", ".build", "debug", "containerfs")
-    filesystems = ["ext4"] if arguments.quick else arguments.filesystems.split(",")
+    filesystems = ["ext4", "btrfs"] if arguments.quick else arguments.filesystems.split(",")
     random_cuts = 2 if arguments.quick else arguments.random_cuts
     print("powerloss: seed %d" % arguments.seed)
     # A new file, a rewrite, one closed without a sync, a large file's logged change, an editor's
@@ -451,8 +501,10 @@ def main():
             if shutil.which("mkfs." + filesystem) is None:
                 print("powerloss: skipping %s: mkfs.%s is missing (scripts/powerloss.sh installs it)" % (filesystem, filesystem))
                 continue
+            # btrfs refuses FS_IOC_SHUTDOWN: its power is cut under the disk its image is on.
+            lower = arguments.lower or filesystem == "btrfs"
             for native in ((True,) if arguments.native_only else (True, False)):
-                label = "%s %s" % (filesystem, "native" if native else "containerfs")
+                label = "%s %s%s" % (filesystem, "native" if native else "containerfs", " (lower)" if lower else "")
                 step_count = len(list(steps(tempfile.mkdtemp(dir=root), Model())))
                 for point in chosen or range(1, step_count + 1):
                     def chosen_cut(image, model, directory, point=point):
@@ -463,7 +515,9 @@ def main():
                                 break
                         image.cut(model)
                         return "after: " + done
-                    failed |= one_cut(root, filesystem, binary, native, label, totals, chosen_cut)
+                    failed |= one_cut(root, filesystem, binary, native, label, totals, chosen_cut, lower)
+                if not native:
+                    failed |= restore_cut(root, filesystem, binary, label, totals, lower)
                 rng = random.Random(arguments.seed + hash(filesystem) % 1000)
                 for cut in range(random_cuts):
                     def random_cut(image, model, directory, cut=cut):
@@ -476,7 +530,7 @@ def main():
                         for thread in threads:
                             thread.join()
                         return "random cut %d at %.2f s" % (cut + 1, delay)
-                    failed |= one_cut(root, filesystem, binary, native, label, totals, random_cut)
+                    failed |= one_cut(root, filesystem, binary, native, label, totals, random_cut, lower)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("powerloss: cuts %(cuts)d, files checked %(checked)d, lost %(lost)d, torn %(torn)d, "
@@ -484,9 +538,9 @@ def main():
     return 1 if failed else 0
 
 
-def one_cut(root, filesystem, binary, native, label, totals, workload):
+def one_cut(root, filesystem, binary, native, label, totals, workload, lower):
     """Makes an image, runs `workload` on it until it cuts the power, and checks what is left."""
-    image = Image(root, filesystem, binary, native)
+    image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, native, lower)
     try:
         image.make()
         model = Model()
@@ -503,6 +557,35 @@ def one_cut(root, filesystem, binary, native, label, totals, workload):
         image.remove()
 
 
+def restore_cut(root, filesystem, binary, label, totals, lower):
+    """`containerfs restore` (no mount: it refuses a mounted app), the power cut as it returns: every
+    file the backup holds must be there (a bare filesystem has no restore to compare with)."""
+    image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, False, lower)
+    try:
+        image.make()
+        documents = os.path.join(image.store, "containers", APP, "Documents")
+        backed_up = {"r%d" % n: b"backed up %d " % n * (n + 1) * 50 for n in range(20)}
+        for name, content in backed_up.items():
+            with open(os.path.join(documents, name), "wb") as file:
+                file.write(content)
+        archive = os.path.join(image.root, "backup.cfsbackup")
+        run(binary, "backup", image.store, APP, archive)
+        for name in backed_up:
+            os.unlink(os.path.join(documents, name))
+        os.sync()
+        run(binary, "restore", image.store, APP, archive)
+        image.cut()
+        image.stop()
+        restored = image.reopen()
+        found = {name: read(os.path.join(restored, name)) for name in backed_up}
+        lost = [(name, found[name]) for name in backed_up if found[name] is None]
+        torn = [(name, describe(found[name], [content])) for name, content in backed_up.items()
+                if found[name] is not None and found[name] != content]
+        return report(totals, label, "after: containerfs restore from a backup", len(backed_up), lost, torn, "")
+    finally:
+        image.remove()
+
+
 def report(totals, label, what, checked, lost, torn, unclean):
     totals["cuts"] += 1
     totals["checked"] += checked
@@ -510,7 +593,7 @@ def report(totals, label, what, checked, lost, torn, unclean):
     totals["torn"] += len(torn)
     totals["unclean"] += 1 if unclean else 0
     bad = lost or torn or unclean
-    print("%-22s %-80s checked %3d lost %d torn %d%s" % (label, what, checked, len(lost), len(torn),
+    print("%-26s %-80s checked %3d lost %d torn %d%s" % (label, what, checked, len(lost), len(torn),
                                                           "" if not bad else "  FAILED %s %s %s" % (lost, torn, unclean)))
     return bool(bad)
 

@@ -101,6 +101,19 @@ enum Backing {
         return read > 0 && value[0] >= UInt8(ascii: "0") && value[0] <= UInt8(ascii: "9")
     }
 
+    /// Whether a file's data written and waited for (`sync_file_range`, no sync) is part of every
+    /// later journal commit that makes a rename of the file durable: true of ext4 and XFS, whose
+    /// blocks become the file's when the writes end, in transactions that commit in order. False
+    /// on btrfs, where anyone's fsync of a directory logs a rename into it without the renamed
+    /// file's data (a cut then leaves it empty, natively too), and where it cannot be told
+    /// (docs/atomic-replace.md, "Durability").
+    static func writtenDataOrdersRenames(onFileSystemOf descriptor: Int32) -> Bool {
+        switch clinux_fs_type(descriptor) {
+        case 0x5846_5342, 0xEF53: return true  // XFS; ext2, ext3 and ext4
+        default: return false
+        }
+    }
+
     /// The errno of the last failed call, or 0 when `result` says it succeeded.
     @inline(__always)
     static func check(_ result: Int32) -> Int32 { result == -1 ? errno : 0 }

@@ -79,12 +79,16 @@ final class Shadows: @unchecked Sendable {
 
     /// Whether a file's fsync makes the changes of its links durable (`Backing.fileSyncCarriesNames`).
     let fileSyncCarriesNames: Bool
+    /// Whether writing a shadow's data and waiting for it keeps a publish that is not synced whole
+    /// through a power cut (`Backing.writtenDataOrdersRenames`); otherwise the shadow is synced.
+    let writtenDataOrdersRenames: Bool
 
     init(directory: Int32, logThreshold: off_t, versions: VersionKeeper? = nil) {
         self.directory = directory
         self.logThreshold = logThreshold
         self.versions = versions
         fileSyncCarriesNames = Backing.fileSyncCarriesNames(onFileSystemOf: directory)
+        writtenDataOrdersRenames = Backing.writtenDataOrdersRenames(onFileSystemOf: directory)
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -341,20 +345,24 @@ final class Shadows: @unchecked Sendable {
         // A publish that is not synced still never leaves an empty or torn file to a power cut:
         // the data is written first, and its blocks become the file's (ext4 and XFS convert them
         // when the writes end), so that the journal commit that makes the publish durable
-        // (anyone's next sync) finds them (docs/atomic-replace.md, "Durability").
-        if !durably, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
+        // (anyone's next sync) finds them. Where that does not hold (btrfs), the shadow is synced
+        // (docs/atomic-replace.md, "Durability").
+        let syncsShadow = durably || !writtenDataOrdersRenames
+        if !syncsShadow, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
-            // would make the next mount empty the file.
+            // would make the next mount empty the file. (Its removal comes before the sync, which
+            // then carries it where a sync logs the file's links: btrfs.)
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
-            guard durably else { return 0 }
+            guard syncsShadow else { return 0 }
             guard fsync(session.shadow) == 0 else {
                 // A sync that fails leaves the previous version, as a rewrite's does: for a new
                 // file, the empty one (docs/atomic-replace.md, "A disk that fails").
                 let error = errno
                 return ftruncate(session.shadow, 0) == 0 ? error : errno
             }
+            guard durably else { return 0 }
             // The mark was a link to the file, and so is its name (linked in at its creation): where
             // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
             // the mark's directory and the name's are synced.
@@ -362,7 +370,7 @@ final class Shadows: @unchecked Sendable {
             guard fsync(directory) == 0 else { return errno }
             return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
         }
-        if durably, fsync(session.shadow) != 0 { return errno }
+        if syncsShadow, fsync(session.shadow) != 0 { return errno }
         let parent: Node, exchanged: Bool
         switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: false) {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)

@@ -173,9 +173,14 @@ public enum Backup {
         try unpacker.applyDirectoryMetadata()
         try unpacker.checkSymlinks(container: store.containerPath(id))
 
+        // On disk before it takes the container's place, so that no journal commit makes a swap
+        // durable before the files it brings; and durable when the restore says it is done.
+        try store.syncToDisk()
         let container = try DirectoryHandle(path: store.containerPath(id))
         for top in includedTops { try swap(top, from: staging, into: container) }
         try Lifecycle.emptyTmp(store: store, id: id)
+        try? FileTree.removeEntry(stagingName, in: work)
+        try store.syncToDisk()
         return unpacker.summary
     }
 

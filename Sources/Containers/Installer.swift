@@ -63,7 +63,10 @@ public enum Installer {
         let record = AppRecord(id: id.rawValue, bundleName: bundleName, installedAt: Date(),
                                groups: groups.isEmpty ? nil : groups.map(\.rawValue))
         try store.write(record)
-        // A bundle whose files a power cut took back would fail its seal.
+        // A bundle whose files a power cut took back would fail its seal. The staging directory
+        // goes first, so that the sync carries its removal too (btrfs commits nothing else before
+        // its next transaction, and `containerfs check` would find it after a cut).
+        try? FileManager.default.removeItem(atPath: staging)
         try store.syncToDisk()
         return record
     }

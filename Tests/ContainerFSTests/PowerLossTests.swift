@@ -2,9 +2,10 @@ import Foundation
 import XCTest
 
 /// The quick part of the power-loss harness (scripts/powerloss.sh runs all of it): a store on an
-/// ext4 image, the power cut right after chosen fsyncs (and after a close without one that another
-/// file's fsync made durable) and at random points of a concurrent workload, each also on the
-/// image's filesystem directly, which must agree with the model.
+/// ext4 image and on a btrfs one, the power cut right after chosen fsyncs (and after a close without
+/// one that another file's fsync made durable), after a restore, and at random points of a
+/// concurrent workload, each also on the image's filesystem directly, which must agree with the
+/// model.
 final class PowerLossTests: XCTestCase {
     func testWhatFsyncPromisedSurvivesAPowerCut() throws {
         guard geteuid() == 0 else { throw XCTSkip("cutting the power of a loop-mounted image needs root") }
@@ -18,6 +19,9 @@ final class PowerLossTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.output + result.error)
         XCTAssertTrue(result.output.contains("lost 0, torn 0, unclean checks 0"), result.output)
         XCTAssertTrue(result.output.contains("ext4 containerfs"), "the mount was cut too: \(result.output)")
+        if Shell.run("command -v mkfs.btrfs").status == 0 {
+            XCTAssertTrue(result.output.contains("btrfs containerfs"), "btrfs was cut too: \(result.output)")
+        }
     }
 
     /// scripts/diskfail.py: the store's disk dies (the image it lives in is shut down); every change
