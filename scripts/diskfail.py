@@ -31,7 +31,10 @@ import time
 
 from powerloss import APP, LARGE, Image, mounted, read
 
-V1 = {name: (name + " v1 ").encode() * 40 for name in ("rewrite", "synced", "change", "save")}
+# Larger than what btrfs keeps inline in its metadata (2 KiB), whose close has no data write that
+# could fail: the next sync reports the failure there.
+V1 = {name: (name + " v1 ").encode() * 1000 for name in ("rewrite", "synced", "change", "save")}
+V2 = b"v2 " * 3000
 V1["large"] = b"L" * (4 * LARGE)
 
 
@@ -125,19 +128,19 @@ def make_directory(directory):
 # native too, what the file reads as through ContainerFS meanwhile).
 STEPS = [
     ("rewrite", "an O_TRUNC rewrite closed without a sync",
-     lambda d: change(os.path.join(d, "rewrite"), b"v2", os.O_WRONLY | os.O_TRUNC, sync=False), False, V1["rewrite"]),
+     lambda d: change(os.path.join(d, "rewrite"), V2, os.O_WRONLY | os.O_TRUNC, sync=False), False, V1["rewrite"]),
     ("synced", "an O_TRUNC rewrite, fsync",
-     lambda d: change(os.path.join(d, "synced"), b"v2", os.O_WRONLY | os.O_TRUNC, sync=True), True, V1["synced"]),
+     lambda d: change(os.path.join(d, "synced"), V2, os.O_WRONLY | os.O_TRUNC, sync=True), True, V1["synced"]),
     ("change", "a change of one byte closed without a sync",
      lambda d: change(os.path.join(d, "change"), b"X", os.O_WRONLY, sync=False, at=7), False, V1["change"]),
     ("large", "a large file's logged change closed without a sync",
      lambda d: change(os.path.join(d, "large"), b"X", os.O_WRONLY, sync=False, at=LARGE), False, V1["large"]),
     ("new", "a new file closed without a sync",
-     lambda d: change(os.path.join(d, "new"), b"new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=False), False, b""),
+     lambda d: change(os.path.join(d, "new"), V2, os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=False), False, b""),
     ("new-synced", "a new file, fsync",
-     lambda d: change(os.path.join(d, "new-synced"), b"new", os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=True), True, b""),
+     lambda d: change(os.path.join(d, "new-synced"), V2, os.O_WRONLY | os.O_CREAT | os.O_EXCL, sync=True), True, b""),
     ("save", "an editor's save (temporary file, fsync, rename over)",
-     lambda d: save(d, "save", b"saved"), True, V1["save"]),
+     lambda d: save(d, "save", V2), True, V1["save"]),
     ("folder", "mkdir, fsync of its directory", make_directory, True, "dir"),
 ]
 

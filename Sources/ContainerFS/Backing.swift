@@ -106,7 +106,7 @@ enum Backing {
     /// blocks become the file's when the writes end, in transactions that commit in order. False
     /// on btrfs, where anyone's fsync of a directory logs a rename into it without the renamed
     /// file's data (a cut then leaves it empty, natively too), and where it cannot be told
-    /// (docs/atomic-replace.md, "Durability").
+    /// (`RenameCommits`; docs/atomic-replace.md, "btrfs").
     static func writtenDataOrdersRenames(onFileSystemOf descriptor: Int32) -> Bool {
         switch clinux_fs_type(descriptor) {
         case 0x5846_5342, 0xEF53: return true  // XFS; ext2, ext3 and ext4

@@ -488,6 +488,8 @@ extension ContainerFileSystem {
     public func fsync(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
+            let error = shadows.renameCommits.beforeSync()
+            guard error == 0 else { return request.reply(error: error) }
             return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
         }
         let (error, published) = publish(handle.node, durably: true)

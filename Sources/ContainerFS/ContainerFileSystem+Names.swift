@@ -88,6 +88,7 @@ extension ContainerFileSystem {
         // A new name for an item that exists: its owner stays.
         makeItem(request, parent: newParent, name: newName, type: nil) { parent, name in
             let result = node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+            if result == 0 { self.shadows.renameCommits.renamed() }
             // An unnamed file's node is not the one the answer names, so the kernel would keep
             // its count of links at 0.
             if result == 0 { self.kernel?.invalidateInode(self.nodes.inodeNumber(of: node), offset: -1, length: 0) }
@@ -167,6 +168,7 @@ extension ContainerFileSystem {
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }
+            self.shadows.renameCommits.renamed()
             // Before the answer, while the kernel keeps lookups of these names waiting.
             var changed = newOwned.withPointer { self.noteMoved(name: FileName($0), in: to, from: from, oldName: oldName.bytes) }
             if flags & RENAME_EXCHANGE != 0 {

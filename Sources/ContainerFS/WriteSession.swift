@@ -79,16 +79,17 @@ final class Shadows: @unchecked Sendable {
 
     /// Whether a file's fsync makes the changes of its links durable (`Backing.fileSyncCarriesNames`).
     let fileSyncCarriesNames: Bool
-    /// Whether writing a shadow's data and waiting for it keeps a publish that is not synced whole
-    /// through a power cut (`Backing.writtenDataOrdersRenames`); otherwise the shadow is synced.
-    let writtenDataOrdersRenames: Bool
+    /// Renames into the containers not yet committed, where a sync could make them durable before
+    /// their files' data (btrfs).
+    let renameCommits: RenameCommits
 
     init(directory: Int32, logThreshold: off_t, versions: VersionKeeper? = nil) {
         self.directory = directory
         self.logThreshold = logThreshold
         self.versions = versions
         fileSyncCarriesNames = Backing.fileSyncCarriesNames(onFileSystemOf: directory)
-        writtenDataOrdersRenames = Backing.writtenDataOrdersRenames(onFileSystemOf: directory)
+        renameCommits = RenameCommits(directory: directory,
+                                      needed: !Backing.writtenDataOrdersRenames(onFileSystemOf: directory))
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -329,6 +330,11 @@ final class Shadows: @unchecked Sendable {
         }
         guard session.dirty else { return 0 }
         session.dirty = false
+        // Every sync below could make an earlier rename durable without its file's data (btrfs).
+        if durably || session.log != nil {
+            let error = renameCommits.beforeSync()
+            if error != 0 { return error }
+        }
         if let log = session.log {
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
@@ -345,24 +351,20 @@ final class Shadows: @unchecked Sendable {
         // A publish that is not synced still never leaves an empty or torn file to a power cut:
         // the data is written first, and its blocks become the file's (ext4 and XFS convert them
         // when the writes end), so that the journal commit that makes the publish durable
-        // (anyone's next sync) finds them. Where that does not hold (btrfs), the shadow is synced
-        // (docs/atomic-replace.md, "Durability").
-        let syncsShadow = durably || !writtenDataOrdersRenames
-        if !syncsShadow, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
+        // (anyone's next sync) finds them (docs/atomic-replace.md, "Durability").
+        if !durably, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
-            // would make the next mount empty the file. (Its removal comes before the sync, which
-            // then carries it where a sync logs the file's links: btrfs.)
+            // would make the next mount empty the file.
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
-            guard syncsShadow else { return 0 }
+            guard durably else { return 0 }
             guard fsync(session.shadow) == 0 else {
                 // A sync that fails leaves the previous version, as a rewrite's does: for a new
                 // file, the empty one (docs/atomic-replace.md, "A disk that fails").
                 let error = errno
                 return ftruncate(session.shadow, 0) == 0 ? error : errno
             }
-            guard durably else { return 0 }
             // The mark was a link to the file, and so is its name (linked in at its creation): where
             // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
             // the mark's directory and the name's are synced.
@@ -370,13 +372,14 @@ final class Shadows: @unchecked Sendable {
             guard fsync(directory) == 0 else { return errno }
             return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
         }
-        if syncsShadow, fsync(session.shadow) != 0 { return errno }
+        if durably, fsync(session.shadow) != 0 { return errno }
         let parent: Node, exchanged: Bool
         switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: false) {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
         case .gone: return 0
         case .failed(let error): return error
         }
+        if !durably { renameCommits.renamed() }
         if exchanged {
             // The shadow's name now leads to the previous version: kept as a version, or removed.
             let name = session.shadowName

@@ -241,7 +241,7 @@ final class AtomicReplaceTests: MountedTestCase {
     func testLeftoverShadowsOfADeadDaemonAreRemovedAtTheNextMount() throws {
         let leftovers = mounted.store.workPath + "/shadows/999999"
         try FileManager.default.createDirectory(atPath: leftovers, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: leftovers + "/shadow-1", contents: Data("half".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: leftovers + "/shadow-1", contents: Data("half".utf8)))
         mounted.unmount()
         mounted = try MountedStore()
         XCTAssertFalse(FileManager.default.fileExists(atPath: leftovers))

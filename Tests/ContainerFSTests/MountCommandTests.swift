@@ -203,7 +203,7 @@ final class MountCommandTests: XCTestCase {
         // The Inbox keeps its rules, and a delivery is heard where the Inbox now is.
         XCTAssertNotEqual(Shell.run("touch Inbox/x", in: mountPoint).status, 0)
         let file = scratch.appendingPathComponent("report.pdf").path
-        FileManager.default.createFile(atPath: file, contents: Data("%PDF\n".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("%PDF\n".utf8)))
         let watched = Shell.run("""
         timeout 5 \(Shell.quote(MountedStore.executable)) watch --json Inbox > \(Shell.quote(scratch.path))/heard & sleep 1
         \(Shell.quote(MountedStore.executable)) deliver \(Shell.quote(storePath)) com.example.notes \(Shell.quote(file)) > /dev/null

@@ -257,7 +257,7 @@ final class PresenterTests: MountedTestCase {
     func testDeliveriesWhileMountedReachTheInboxPresenters() throws {
         let watcher = try watch(["Documents/Inbox"])
         let file = mounted.root.appendingPathComponent("report.pdf").path
-        FileManager.default.createFile(atPath: file, contents: Data("%PDF-1.4\n".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("%PDF-1.4\n".utf8)))
         let delivered = Shell.run("\(Shell.quote(MountedStore.executable)) deliver \(Shell.quote(mounted.store.root)) \(SampleApps.notes) \(Shell.quote(file))")
         XCTAssertEqual(delivered.status, 0, delivered.error)
         XCTAssertEqual(names(watcher.events(atLeast: 1)).first, "presentedSubitemDidAppear Documents/Inbox/report.pdf")
