@@ -13,17 +13,22 @@ import Synchronization
 /// sync first commits the whole filesystem (`syncfs`), which carries data and names in order.
 /// Closes pay nothing; the first sync after them pays one commit.
 final class RenameCommits: Sendable {
-    /// An open directory on the store's filesystem.
-    private let directory: Int32
     /// Whether renames need a commit before a sync: false on ext4 and XFS.
     let needed: Bool
+    /// Commits the store's filesystem: 0 or the errno.
+    private let commit: @Sendable () -> Int32
     private let made = Atomic<UInt64>(0)
     /// How many of `made` a commit carried. Its lock also makes concurrent syncs share a commit.
     private let committed = Mutex<UInt64>(0)
 
-    init(directory: Int32, needed: Bool) {
-        self.directory = directory
+    /// `directory`: an open directory on the store's filesystem.
+    convenience init(directory: Int32, needed: Bool) {
+        self.init(needed: needed) { clinux_syncfs(directory) == 0 ? 0 : errno }
+    }
+
+    init(needed: Bool, commit: @escaping @Sendable () -> Int32) {
         self.needed = needed
+        self.commit = commit
     }
 
     /// A rename (or link) into a container was made, and is not synced.
@@ -39,7 +44,8 @@ final class RenameCommits: Sendable {
         let target = made.load(ordering: .acquiring)
         return committed.withLock { committed in
             guard committed < target else { return 0 }
-            guard clinux_syncfs(directory) == 0 else { return errno }
+            let error = commit()
+            guard error == 0 else { return error }
             committed = max(committed, target)
             return 0
         }
