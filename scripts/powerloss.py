@@ -558,8 +558,9 @@ def one_cut(root, filesystem, binary, native, label, totals, workload, lower):
 
 
 def restore_cut(root, filesystem, binary, label, totals, lower):
-    """`containerfs restore` (no mount: it refuses a mounted app), the power cut as it returns: every
-    file the backup holds must be there (a bare filesystem has no restore to compare with)."""
+    """`containerfs restore` (no mount: it refuses a mounted app), and `containerfs uninstall` of
+    another app, the power cut as they return: every file the backup holds must be there, and the
+    other app gone (a bare filesystem has neither to compare with)."""
     image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, False, lower)
     try:
         image.make()
@@ -573,7 +574,13 @@ def restore_cut(root, filesystem, binary, label, totals, lower):
         for name in backed_up:
             os.unlink(os.path.join(documents, name))
         os.sync()
+        other = os.path.join(image.root, "bundle", "Other.app")
+        os.makedirs(other)
+        with open(os.path.join(other, "Info.plist"), "w") as plist:
+            plist.write("<plist/>\n")
+        run(binary, "install", image.store, other, "--id", "org.powerloss.other")
         run(binary, "restore", image.store, APP, archive)
+        run(binary, "uninstall", image.store, "org.powerloss.other", "--force")
         image.cut()
         image.stop()
         restored = image.reopen()
@@ -581,7 +588,12 @@ def restore_cut(root, filesystem, binary, label, totals, lower):
         lost = [(name, found[name]) for name in backed_up if found[name] is None]
         torn = [(name, describe(found[name], [content])) for name, content in backed_up.items()
                 if found[name] is not None and found[name] != content]
-        return report(totals, label, "after: containerfs restore from a backup", len(backed_up), lost, torn, "")
+        listed = subprocess.run([binary, "list", image.store], stdout=subprocess.PIPE, text=True).stdout
+        check = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        unclean = ("the uninstalled app is back; " if "org.powerloss.other" in listed else "") + \
+            ("" if check.returncode == 0 else "check: " + check.stdout.strip())
+        return report(totals, label, "after: containerfs restore from a backup, uninstall of another app",
+                      len(backed_up), lost, torn, unclean)
     finally:
         image.remove()
 

@@ -32,6 +32,8 @@ public enum Lifecycle {
             try discard(VersionStore(store: store).root + "/" + group.rawValue, as: group.rawValue + ".versions")
         }
         try FileTree.remove(trash)
+        // Removed for good once it says so: a power cut would otherwise bring the app back whole.
+        try store.syncToDisk()
     }
 
     /// Empties the container's tmp directory, recreating it if it is missing. Called at every
