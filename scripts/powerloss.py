@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 
 FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
 NOLOGFLUSH = 2
@@ -520,7 +521,10 @@ def main():
                     failed |= one_cut(root, filesystem, binary, native, label, totals, chosen_cut, lower)
                 if not native:
                     failed |= restore_cut(root, filesystem, binary, label, totals, lower)
-                rng = random.Random(arguments.seed + hash(filesystem) % 1000)
+                for journal in ("WAL",) if arguments.quick else ("WAL", "DELETE"):
+                    failed |= sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal,
+                                         arguments.seed + zlib.crc32((filesystem + journal).encode()) % 1000)
+                rng = random.Random(arguments.seed + zlib.crc32(filesystem.encode()) % 1000)
                 for cut in range(random_cuts):
                     def random_cut(image, model, directory, cut=cut):
                         stop = threading.Event()
@@ -605,6 +609,99 @@ def restore_cut(root, filesystem, binary, label, totals, lower):
             ("" if check.returncode == 0 else "check: " + check.stdout.strip())
         return report(totals, label, "after: containerfs restore from a backup, uninstall of another app",
                       len(backed_up), lost, torn, unclean)
+    finally:
+        image.remove()
+
+
+def sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal, seed):
+    """SQLite (the system's library, through Python) commits one row per transaction (`synchronous`
+    FULL for WAL, EXTRA for a rollback journal) in a database in Documents, a second connection reading meanwhile, until the
+    power is cut at a random moment: the database must pass its integrity check and hold every row
+    whose commit returned."""
+    import sqlite3
+    image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, native, lower)
+    try:
+        image.make()
+        directory = image.start()
+        path = os.path.join(directory, "app.db")
+        committed = [(0, 0.0)]  # (row, when its COMMIT returned)
+        stop = threading.Event()
+
+        # SQLite keeps a closed connection's descriptor while another of the process holds locks
+        # on the file: each closes its own, so that the disk can be unmounted after the cut.
+        def writer():
+            connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute("PRAGMA journal_mode=%s" % journal)
+                # A rollback journal's commit is its deletion, which only EXTRA syncs (the
+                # directory after the unlink): with FULL, SQLite may roll the last transaction back
+                # after a cut, natively too. WAL commits with FULL's sync of the log.
+                connection.execute("PRAGMA synchronous=%s" % ("FULL" if journal == "WAL" else "EXTRA"))
+                connection.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)")
+                row = 0
+                while not stop.is_set():
+                    row += 1
+                    connection.execute("BEGIN")
+                    connection.execute("INSERT INTO t VALUES (?, ?)", (row, "row %d " % row * 20))
+                    connection.execute("COMMIT")
+                    committed.append((row, time.monotonic()))
+            except sqlite3.Error:
+                pass  # the power went
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.close()
+
+        def reader():
+            while not stop.is_set():
+                connection = None
+                try:
+                    connection = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+                    connection.execute("SELECT count(*) FROM t").fetchone()
+                except sqlite3.Error:
+                    time.sleep(0.01)
+                finally:
+                    if connection is not None:
+                        with contextlib.suppress(sqlite3.Error):
+                            connection.close()
+
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+        for thread in threads:
+            thread.start()
+        delay = random.Random(seed).uniform(0.3, 1.5)
+        time.sleep(delay)
+        cut_at = time.monotonic()
+        image.cut()
+        stop.set()
+        for thread in threads:
+            thread.join()
+        # A COMMIT that returned after the cut began raced with it (SQLite does not fail a commit
+        # whose directory it cannot open to sync): only those before count.
+        promised = max(row for row, when in committed if when < cut_at)
+        image.stop()
+        backing = image.reopen()
+        if not native:
+            image.stop(keep_disk=True)
+            backing = image.start()  # through the mount, as a program would open it after the cut
+        lost, torn = [], []
+        connection = sqlite3.connect(os.path.join(backing, "app.db"), isolation_level=None)
+        try:
+            integrity = connection.execute("PRAGMA integrity_check").fetchone()[0]
+            count, highest = connection.execute("SELECT count(*), coalesce(max(id), 0) FROM t").fetchone()
+            if integrity != "ok" or count != highest:
+                torn.append(("app.db", "integrity %s, %d rows, highest %d" % (integrity, count, highest)))
+            if highest < promised:
+                lost.append(("app.db", "%d rows committed, %d there" % (promised, highest)))
+        except sqlite3.Error as error:
+            torn.append(("app.db", str(error)))
+        finally:
+            connection.close()
+        unclean = ""
+        if not native:
+            image.stop(keep_disk=True)
+            check = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            unclean = "" if check.returncode == 0 else "check: " + check.stdout.strip()
+        what = "sqlite3 %s, a row a transaction, cut at %.2f s (%d committed)" % (journal, delay, promised)
+        return report(totals, label, what, 1, lost, torn, unclean)
     finally:
         image.remove()
 
