@@ -524,6 +524,9 @@ def main():
                 for journal in ("WAL",) if arguments.quick else ("WAL", "DELETE"):
                     failed |= sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal,
                                          arguments.seed + zlib.crc32((filesystem + journal).encode()) % 1000)
+                if not arguments.quick:
+                    failed |= lmdb_cut(root, filesystem, binary, native, label, totals, lower,
+                                       arguments.seed + zlib.crc32((filesystem + "lmdb").encode()) % 1000)
                 rng = random.Random(arguments.seed + zlib.crc32(filesystem.encode()) % 1000)
                 for cut in range(random_cuts):
                     def random_cut(image, model, directory, cut=cut):
@@ -613,19 +616,52 @@ def restore_cut(root, filesystem, binary, label, totals, lower):
         image.remove()
 
 
-def sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal, seed):
-    """SQLite (the system's library, through Python) commits one row per transaction (`synchronous`
-    FULL for WAL, EXTRA for a rollback journal) in a database in Documents, a second connection reading meanwhile, until the
-    power is cut at a random moment: the database must pass its integrity check and hold every row
-    whose commit returned."""
-    import sqlite3
+def database_cut(root, filesystem, binary, native, label, totals, lower, seed, name, start, verify):
+    """A database's writer commits one item per transaction in Documents until the power is cut at
+    a random moment. `start(directory, committed, stop)` starts it, appending (item, when its commit
+    returned) to `committed` until `stop`, and returns what waits for it to end; `verify(directory,
+    promised)` returns (lost, torn) from what the disk has (through a mount, for ContainerFS), where
+    `promised` is the last item whose commit returned before the cut began."""
     image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, native, lower)
     try:
         image.make()
-        directory = image.start()
-        path = os.path.join(directory, "app.db")
-        committed = [(0, 0.0)]  # (row, when its COMMIT returned)
+        committed = [(0, 0.0)]
         stop = threading.Event()
+        finish = start(image.start(), committed, stop)
+        delay = random.Random(seed).uniform(0.3, 1.5)
+        time.sleep(delay)
+        cut_at = time.monotonic()
+        image.cut()
+        stop.set()
+        finish()
+        # A commit that returned after the cut began raced with it (SQLite does not fail a commit
+        # whose directory it cannot open to sync): only those before count.
+        promised = max(item for item, when in committed if when < cut_at)
+        image.stop()
+        place = image.reopen()
+        if not native:
+            image.stop(keep_disk=True)
+            place = image.start()  # through the mount, as a program would open it after the cut
+        lost, torn = verify(place, promised)
+        unclean = ""
+        if not native:
+            image.stop(keep_disk=True)
+            result = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            unclean = "" if result.returncode == 0 else "check: " + result.stdout.strip()
+        what = "%s, an item a transaction, cut at %.2f s (%d committed)" % (name, delay, promised)
+        return report(totals, label, what, 1, lost, torn, unclean)
+    finally:
+        image.remove()
+
+
+def sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal, seed):
+    """SQLite (the system's library, through Python) commits a row per transaction (`synchronous`
+    FULL for WAL, EXTRA for a rollback journal) while a second connection reads: the database must
+    pass its integrity check and hold every row whose commit returned."""
+    import sqlite3
+
+    def start(directory, committed, stop):
+        path = os.path.join(directory, "app.db")
 
         # SQLite keeps a closed connection's descriptor while another of the process holds locks
         # on the file: each closes its own, so that the disk can be unmounted after the cut.
@@ -667,23 +703,11 @@ def sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal, 
         threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
         for thread in threads:
             thread.start()
-        delay = random.Random(seed).uniform(0.3, 1.5)
-        time.sleep(delay)
-        cut_at = time.monotonic()
-        image.cut()
-        stop.set()
-        for thread in threads:
-            thread.join()
-        # A COMMIT that returned after the cut began raced with it (SQLite does not fail a commit
-        # whose directory it cannot open to sync): only those before count.
-        promised = max(row for row, when in committed if when < cut_at)
-        image.stop()
-        backing = image.reopen()
-        if not native:
-            image.stop(keep_disk=True)
-            backing = image.start()  # through the mount, as a program would open it after the cut
+        return lambda: [thread.join() for thread in threads]
+
+    def verify(directory, promised):
         lost, torn = [], []
-        connection = sqlite3.connect(os.path.join(backing, "app.db"), isolation_level=None)
+        connection = sqlite3.connect(os.path.join(directory, "app.db"), isolation_level=None)
         try:
             integrity = connection.execute("PRAGMA integrity_check").fetchone()[0]
             count, highest = connection.execute("SELECT count(*), coalesce(max(id), 0) FROM t").fetchone()
@@ -695,15 +719,69 @@ def sqlite_cut(root, filesystem, binary, native, label, totals, lower, journal, 
             torn.append(("app.db", str(error)))
         finally:
             connection.close()
-        unclean = ""
-        if not native:
-            image.stop(keep_disk=True)
-            check = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            unclean = "" if check.returncode == 0 else "check: " + check.stdout.strip()
-        what = "sqlite3 %s, a row a transaction, cut at %.2f s (%d committed)" % (journal, delay, promised)
-        return report(totals, label, what, 1, lost, torn, unclean)
-    finally:
-        image.remove()
+        return lost, torn
+
+    return database_cut(root, filesystem, binary, native, label, totals, lower, seed, "sqlite3 " + journal, start, verify)
+
+
+LMDB_WRITER = """
+import lmdb, sys
+env = lmdb.open(sys.argv[1], map_size=64 << 20)
+row = 0
+while True:
+    row += 1
+    with env.begin(write=True) as txn:
+        txn.put(b'%08d' % row, b'row %d ' % row * 20)
+    print(row, flush=True)
+"""
+
+LMDB_CHECK = """
+import lmdb, sys
+env = lmdb.open(sys.argv[1], map_size=64 << 20)
+with env.begin() as txn:
+    keys = [int(key) for key, _ in txn.cursor()]
+print(len(keys), max(keys, default=0))
+"""
+
+
+def lmdb_cut(root, filesystem, binary, native, label, totals, lower, seed):
+    """LMDB (Debian's python3-lmdb, in a process of its own) commits a key per transaction: it must
+    open again and hold every key whose commit returned, and none missing before it."""
+    python = "/usr/bin/python3"
+    if subprocess.run([python, "-c", "import lmdb"], stderr=subprocess.DEVNULL).returncode != 0:
+        print("%-26s lmdb: skipped: %s has no lmdb module (python3-lmdb; scripts/setup.sh installs it)" % (label, python))
+        return False
+
+    def start(directory, committed, stop):
+        database = os.path.join(directory, "lmdb")
+        os.mkdir(database)
+        writer = subprocess.Popen([python, "-c", LMDB_WRITER, database], stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+
+        def follow():
+            for line in writer.stdout:
+                committed.append((int(line), time.monotonic()))
+        follower = threading.Thread(target=follow)
+        follower.start()
+
+        def finish():
+            stop.wait()
+            writer.kill()
+            writer.wait()
+            follower.join()
+        return finish
+
+    def verify(directory, promised):
+        check = subprocess.run([python, "-c", LMDB_CHECK, os.path.join(directory, "lmdb")],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if check.returncode != 0:
+            return [], [("lmdb", check.stdout.strip()[-200:])]
+        count, highest = map(int, check.stdout.split())
+        torn = [("lmdb", "%d keys, the highest %d" % (count, highest))] if count != highest else []
+        lost = [("lmdb", "%d committed, %d there" % (promised, highest))] if highest < promised else []
+        return lost, torn
+
+    return database_cut(root, filesystem, binary, native, label, totals, lower, seed, "lmdb", start, verify)
 
 
 def report(totals, label, what, checked, lost, torn, unclean):

@@ -38,6 +38,66 @@ final class LiveSharingTests: MountedTestCase {
 
     func testSQLiteWithARollbackJournal() { checkSQLite(journalMode: "DELETE") }
 
+    /// LMDB (Debian's python3-lmdb, and its own mdb_stat, mdb_dump and mdb_load): two writer
+    /// processes and a reader at once (its lock file is a shared mapping with the writers' mutexes
+    /// in it), a reader that stays open seeing a later commit, a writer killed mid-transaction.
+    func testLMDBWritersAndReadersInSeveralProcesses() throws {
+        try XCTSkipIf(Shell.run("/usr/bin/python3 -c 'import lmdb' && command -v mdb_stat mdb_dump mdb_load").status != 0,
+                      "python3-lmdb or lmdb-utils is missing (scripts/setup.sh installs them)")
+        everywhere("""
+        cat > writer.py <<'EOF'
+        import lmdb, sys
+        env = lmdb.open('db', map_size=64 << 20)
+        for i in range(200):
+            with env.begin(write=True) as txn:
+                txn.put(b'%s-%03d' % (sys.argv[1].encode(), i), b'x' * 100)
+        EOF
+        cat > reader.py <<'EOF'
+        import lmdb
+        env = lmdb.open('db', map_size=64 << 20, readonly=True)
+        last = 0
+        for i in range(300):
+            with env.begin() as txn:
+                entries = txn.stat()['entries']
+            assert entries >= last, (entries, last)
+            last = entries
+        EOF
+        cat > late.py <<'EOF'
+        import lmdb
+        with lmdb.open('db', map_size=64 << 20).begin(write=True) as txn:
+            txn.put(b'late', b'1')
+        EOF
+        cat > killed.py <<'EOF'
+        import lmdb, os
+        txn = lmdb.open('db', map_size=64 << 20).begin(write=True)
+        for i in range(5000):
+            txn.put(b'killed-%d' % i, b'y' * 100)
+        os.kill(os.getpid(), 9)
+        EOF
+        /usr/bin/python3 - <<'EOF'
+        import lmdb, subprocess
+        env = lmdb.open('db', map_size=64 << 20)
+        with env.begin(write=True) as txn:
+            txn.put(b'start', b'1')
+        children = [subprocess.Popen(['/usr/bin/python3', 'writer.py', w]) for w in 'ab']
+        children.append(subprocess.Popen(['/usr/bin/python3', 'reader.py']))
+        assert all(child.wait() == 0 for child in children)
+        with env.begin() as txn:
+            print(txn.stat()['entries'])
+        subprocess.run(['/usr/bin/python3', 'late.py'], check=True)
+        with env.begin() as txn:
+            print(txn.get(b'late'))
+        subprocess.run(['/usr/bin/python3', 'killed.py'])
+        with env.begin() as txn:
+            print(txn.stat()['entries'], txn.get(b'killed-1'))
+        EOF
+        mdb_stat db | grep Entries
+        mkdir copy
+        mdb_dump db | mdb_load -f /dev/stdin copy 2>/dev/null
+        mdb_stat copy | grep Entries
+        """, expected: "401\nb'1'\n402 None\n  Entries: 402\n  Entries: 402\n")
+    }
+
     func testSharedMappingsReadAndWriteFromTwoProcesses() {
         everywhere("""
         python3 - <<'EOF'
