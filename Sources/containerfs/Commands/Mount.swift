@@ -173,14 +173,25 @@ struct Unmount: ParsableCommand {
     @Argument(help: "The mount point.") var mountPoint: String
 
     func run() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["fusermount3", "-u"] + (lazy ? ["-z"] : []) + [mountPoint]
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it, or use --lazy.")
+        // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
+        // tried again for a second before saying so.
+        var message = ""
+        for attempt in 0..<6 {
+            if attempt > 0 { usleep(200_000) }
+            let process = Process()
+            let errors = Pipe()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = ["fusermount3", "-u"] + (lazy ? ["-z"] : []) + [mountPoint]
+            process.standardError = errors
+            try process.run()
+            let output = errors.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            if process.terminationStatus == 0 { return }
+            message = String(decoding: output, as: UTF8.self)
+            guard message.contains("busy") else { break }
         }
+        FileHandle.standardError.write(Data(message.utf8))
+        throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it (`fuser -vm \(mountPoint)` lists them), or use --lazy.")
     }
 }
 
