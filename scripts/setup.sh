@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap
-  xfsprogs btrfs-progs python3-lmdb lmdb-utils "$@")
+  xfsprogs btrfs-progs python3-lmdb lmdb-utils strace "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -50,6 +50,7 @@ final class MountedStore {
 
     /// The running daemon's process id.
     var daemonPID: pid_t? { daemon?.processIdentifier }
+    var daemonIsRunning: Bool { daemon?.isRunning == true }
 
     /// Kills the daemon as a crash would, leaving its mount stale.
     func crashDaemon() {
