@@ -247,3 +247,47 @@ final class AtomicReplaceTests: MountedTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: leftovers))
     }
 }
+
+/// Publishes whose system calls fail (strace's fault injection on the daemon): the writer hears of
+/// it, and the file keeps its previous version.
+extension AtomicReplaceTests {
+    func testASwapThatFailsIsReportedAtCloseAndLeavesThePreviousVersion() throws {
+        try rewrite("swapped.txt", syncing: false, whileFailing: "renameat2")
+        sh("echo v3 > Documents/swapped.txt")
+        XCTAssertEqual(sh("cat Documents/swapped.txt"), "v3\n", "the next rewrite publishes")
+    }
+
+    func testASyncThatFailsIsReportedAndLeavesThePreviousVersion() throws {
+        try rewrite("synced.txt", syncing: true, whileFailing: "fsync")
+    }
+
+    /// Writes `name` (v1), then rewrites it (`O_TRUNC`, v2, fsync if `syncing`, close) while every
+    /// `call` of the daemon fails with EIO: the writer hears it, the file stays v1.
+    private func rewrite(_ name: String, syncing: Bool, whileFailing call: String) throws {
+        sh("echo v1 > Documents/\(name)")
+        try mounted.failing(call, with: "EIO") {
+            syscall("""
+            f = os.open('Documents/\(name)', os.O_WRONLY | os.O_TRUNC)
+            os.write(f, b'v2\\n')
+            try:
+                if \(syncing ? "True" : "False"):
+                    os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
+        XCTAssertEqual(sh("cat Documents/\(name)"), "v1\n")
+    }
+
+    func testANewFileWhoseMarkCannotGoIsReportedAtCloseAndLeftEmpty() throws {
+        try mounted.failing("unlinkat", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/new.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(f, b'never published\\n')
+            os.close(f)
+            """, errno: EIO)
+        }
+        // (Its mark, which could not go either, stays a second link until the next mount clears it.)
+        XCTAssertEqual(sh("stat -c %s Documents/new.txt"), "0\n", "a new file's previous version is the empty file")
+    }
+}

@@ -269,34 +269,14 @@ extension LargeFileTests {
     /// made here by strace's fault injection: every `copy_file_range` of the daemon fails with EIO):
     /// the writer's close reports it, and the clean unmount applies the log.
     func testAnApplyThatFailsIsReportedAndTheUnmountAppliesTheLog() throws {
-        try XCTSkipIf(geteuid() != 0, "strace's fault injection attaches to the daemon, which needs root here")
-        try XCTSkipIf(Shell.run("command -v strace").status != 0, "strace is missing (scripts/setup.sh installs it)")
         makeLargeFile()
-        let pid = try XCTUnwrap(mounted.daemonPID)
-        let tracer = Process()
-        tracer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        tracer.arguments = ["strace", "-f", "-qq", "-p", String(pid), "-e", "trace=copy_file_range",
-                            "-e", "inject=copy_file_range:error=EIO", "-o", "/dev/null"]
-        try tracer.run()
-        defer { if tracer.isRunning { tracer.terminate(); tracer.waitUntilExit() } }
-        // Attached once every thread of the daemon has a tracer.
-        let deadline = Date().addingTimeInterval(10)
-        func traced() -> Bool {
-            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            return !threads.isEmpty && threads.allSatisfy { thread in
-                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8)) ?? ""
-                return status.contains("TracerPid:\t\(tracer.processIdentifier)")
-            }
+        try mounted.failing("copy_file_range", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/large', os.O_WRONLY)
+            os.pwrite(f, b'CHANGED', 4096)
+            os.close(f)
+            """, errno: EIO)
         }
-        while !traced(), Date() < deadline { usleep(20_000) }
-        XCTAssertTrue(traced(), "strace did not attach to every thread of the daemon")
-        syscall("""
-        f = os.open('Documents/large', os.O_WRONLY)
-        os.pwrite(f, b'CHANGED', 4096)
-        os.close(f)
-        """, errno: EIO)
-        tracer.terminate()
-        tracer.waitUntilExit()
         let file = mounted.backing() + "/Documents/large"
         XCTAssertEqual(Shell.run("fusermount3 -u \(Shell.quote(mounted.mountPoint))").status, 0)
         let stopped = Date().addingTimeInterval(10)

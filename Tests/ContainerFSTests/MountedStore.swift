@@ -52,6 +52,34 @@ final class MountedStore {
     var daemonPID: pid_t? { daemon?.processIdentifier }
     var daemonIsRunning: Bool { daemon?.isRunning == true }
 
+    /// Runs `body` while every call of `syscall` by the daemon fails with `error` (an errno name):
+    /// strace's fault injection, attached to all of the daemon's threads, detached after.
+    func failing(_ syscall: String, with error: String, _ body: () throws -> Void) throws {
+        guard geteuid() == 0 else { throw XCTSkip("strace's fault injection attaches to the daemon, which needs root here") }
+        guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
+        let pid = try XCTUnwrap(daemonPID)
+        let tracer = Process()
+        tracer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        tracer.arguments = ["strace", "-f", "-qq", "-p", String(pid), "-e", "trace=" + syscall,
+                            "-e", "inject=\(syscall):error=\(error)", "-o", "/dev/null"]
+        try tracer.run()
+        defer {
+            tracer.terminate()
+            tracer.waitUntilExit()
+        }
+        func traced() -> Bool {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            return !threads.isEmpty && threads.allSatisfy { thread in
+                let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8)) ?? ""
+                return status.contains("TracerPid:\t\(tracer.processIdentifier)")
+            }
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while !traced(), Date() < deadline { usleep(20_000) }
+        guard traced() else { return XCTFail("strace did not attach to every thread of the daemon") }
+        try body()
+    }
+
     /// Kills the daemon as a crash would, leaving its mount stale.
     func crashDaemon() {
         guard let daemon else { return }
