@@ -27,6 +27,14 @@ final class LargeFileTests: MountedTestCase {
         settle()
     }
 
+    /// Unmounts and waits for the daemon to finish (a clean unmount applies what it must).
+    private func unmountCleanly() {
+        XCTAssertEqual(Shell.run("fusermount3 -u \(Shell.quote(mounted.mountPoint))").status, 0)
+        let stopped = Date().addingTimeInterval(10)
+        while mounted.daemonIsRunning, Date() < stopped { usleep(20_000) }
+        XCTAssertFalse(mounted.daemonIsRunning, "the daemon did not exit after the unmount")
+    }
+
     private func settle() {
         let deadline = Date().addingTimeInterval(5)
         while Shell.run("\(Shell.quote(MountedStore.executable)) status \(Shell.quote(mounted.mountPoint))").output
@@ -269,21 +277,47 @@ extension LargeFileTests {
     /// made here by strace's fault injection: every `copy_file_range` of the daemon fails with EIO):
     /// the writer's close reports it, and the clean unmount applies the log.
     func testAnApplyThatFailsIsReportedAndTheUnmountAppliesTheLog() throws {
-        makeLargeFile()
-        try mounted.failing("copy_file_range", with: "EIO") {
-            syscall("""
-            f = os.open('Documents/large', os.O_WRONLY)
-            os.pwrite(f, b'CHANGED', 4096)
-            os.close(f)
-            """, errno: EIO)
-        }
+        try changeWhileCopiesFail(withAReader: false)
         let file = mounted.backing() + "/Documents/large"
-        XCTAssertEqual(Shell.run("fusermount3 -u \(Shell.quote(mounted.mountPoint))").status, 0)
-        let stopped = Date().addingTimeInterval(10)
-        while mounted.daemonIsRunning, Date() < stopped { usleep(20_000) }
+        unmountCleanly()
         XCTAssertEqual(Shell.run("dd if=\(Shell.quote(file)) bs=1 skip=4096 count=7 status=none").output, "CHANGED",
                        "the unmount applies the committed log")
         let check = Shell.run("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
         XCTAssertEqual(check.status, 0, check.output + check.error)
+    }
+}
+
+extension LargeFileTests {
+    /// A logged change that must become a copy (a reader has the file open) and cannot (every
+    /// `copy_file_range` of the daemon fails): the writer's close reports it, nothing of the change
+    /// is published, then or at the unmount.
+    func testALogThatCannotBecomeACopyIsReportedAndChangesNothing() throws {
+        try changeWhileCopiesFail(withAReader: true)
+        XCTAssertEqual(sh("python3 -c \"import os; print(os.pread(os.open('Documents/large', os.O_RDONLY), 7, 4096))\""),
+                       "b'\\x00\\x01\\x02\\x03\\x04\\x05\\x06'\n")
+        let file = mounted.backing() + "/Documents/large"
+        unmountCleanly()
+        XCTAssertEqual(Shell.run("od -An -tx1 -j4096 -N7 \(Shell.quote(file))").output.trimmingCharacters(in: .whitespacesAndNewlines),
+                       "00 01 02 03 04 05 06", "nothing of the change is applied at the unmount either")
+    }
+}
+
+extension LargeFileTests {
+    /// Writes "CHANGED" at 4096 in Documents/large (a reader holding the file open meanwhile, if
+    /// `withAReader`) while every `copy_file_range` of the daemon fails: the writer's close says EIO.
+    private func changeWhileCopiesFail(withAReader: Bool) throws {
+        makeLargeFile()
+        try mounted.failing("copy_file_range", with: "EIO") {
+            syscall("""
+            reader = os.open('Documents/large', os.O_RDONLY) if \(withAReader ? "True" : "False") else None
+            writer = os.open('Documents/large', os.O_WRONLY)
+            os.pwrite(writer, b'CHANGED', 4096)
+            try:
+                os.close(writer)
+            finally:
+                if reader is not None:
+                    os.close(reader)
+            """, errno: EIO)
+        }
     }
 }
