@@ -147,8 +147,9 @@ public struct Store: Sendable {
         try JSONEncoder.store.encode(record).write(to: URL(fileURLWithPath: recordPath(id)), options: .atomic)
     }
 
-    /// Makes everything written to the store's filesystem durable (`syncfs`): an install or a
-    /// delivery reports success only once a power cut can no longer undo it.
+    /// Makes everything written to the store's filesystem durable (`syncfs`): an install, a
+    /// delivery, a restore or an uninstall reports success only once a power cut can no longer
+    /// undo it.
     func syncToDisk() throws {
         let descriptor = Glibc.open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { throw ContainerError("\(root): cannot open to sync (\(String(cString: strerror(errno)))).") }
