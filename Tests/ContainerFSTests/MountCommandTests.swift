@@ -83,6 +83,24 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { MountRegistry.active(in: store).isEmpty }, "the daemon kept running after unmount")
     }
 
+    func testAnUnmountOfABusyMountSaysHowToFindWhatUsesIt() {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        // A shell whose working directory is in the mount, for longer than the unmount's second.
+        let busy = Process()
+        busy.executableURL = URL(fileURLWithPath: "/bin/sh")
+        busy.arguments = ["-c", "cd \(Shell.quote(mountPoint)) && exec sleep 5"]
+        XCTAssertNoThrow(try busy.run())
+        usleep(300_000)
+        let refused = containerfs("unmount \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.error.contains("fuser -vm \(mountPoint)"), refused.error)
+        XCTAssertTrue(isMounted)
+        busy.terminate()
+        busy.waitUntilExit()
+        XCTAssertTrue(waitUntil { containerfs("unmount \(Shell.quote(mountPoint))").status == 0 })
+        XCTAssertFalse(isMounted)
+    }
+
     func testAnUnmountLeavesNoSpareOrPreviousVersionBehind() throws {
         try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
                       "at unmount libfuse cancels its worker threads inside read(), which ThreadSanitizer reports and halts on before the daemon cleans up")
