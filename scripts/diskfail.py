@@ -27,45 +27,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-from powerloss import APP, LARGE, Image, mounted, read
+from powerloss import APP, LARGE, Image, read
 
 # Larger than what btrfs keeps inline in its metadata (2 KiB), whose close has no data write that
 # could fail: the next sync reports the failure there.
 V1 = {name: (name + " v1 ").encode() * 1000 for name in ("rewrite", "synced", "change", "save")}
 V2 = b"v2 " * 3000
 V1["large"] = b"L" * (4 * LARGE)
-
-
-class Mount:
-    def __init__(self, binary, store, point):
-        self.point = point
-        self.daemon = subprocess.Popen([binary, "mount", "-f", store, point, "--app", APP,
-                                        "-o", "large_file=%d" % LARGE],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        for _ in range(200):
-            if mounted(point):
-                return
-            if self.daemon.poll() is not None:
-                raise RuntimeError("the daemon did not mount: " + self.daemon.stderr.read().decode())
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("the mount did not appear")
-
-    def stop(self):
-        """Unmounts; returns what went wrong ("" when the daemon unmounted and exited)."""
-        problem = ""
-        if mounted(self.point) and subprocess.run(["fusermount3", "-u", self.point], stderr=subprocess.PIPE).returncode != 0:
-            problem = "fusermount3 -u failed; "
-            subprocess.run(["fusermount3", "-u", "-z", self.point], stderr=subprocess.DEVNULL)
-        try:
-            self.daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            problem += "the daemon did not exit after the unmount; "
-            self.daemon.kill()
-            self.daemon.wait()
-        return problem
 
 
 def attempt(*calls):
@@ -150,15 +119,10 @@ def scenario(binary, root, filesystem, native):
     label = "%s %s" % (filesystem, "native" if native else "containerfs")
     problems = []
     image = Image(tempfile.mkdtemp(dir=root), filesystem, binary, native, lower=True)
-    mount = None
     try:
         image.make()
         backing = os.path.join(image.store, "containers", APP, "Documents")
-        if native:
-            directory = image.start()
-        else:
-            mount = Mount(binary, image.store, image.fuse)
-            directory = os.path.join(image.fuse, "Documents")
+        directory = image.start()
         for name, content in V1.items():
             if change(os.path.join(directory, name), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=True):
                 raise RuntimeError("%s: the first version could not be written" % label)
@@ -184,26 +148,22 @@ def scenario(binary, root, filesystem, native):
                                              "FAILED: " + "; ".join(verdict) if verdict else "ok"))
         with contextlib.suppress(OSError):
             os.listdir(directory)
-        if mount:
-            problem = mount.stop()
-            mount = None
-            if problem:
-                problems.append("%s: after the disk died: %s" % (label, problem))
+        problem = image.unmount()
+        if problem:
+            problems.append("%s: after the disk died: %s" % (label, problem))
 
         image.stop()
         served = image.reopen()  # the disk is back
         if not native:
-            mount = Mount(binary, image.store, image.fuse)
-            served = os.path.join(image.fuse, "Documents")
+            served = image.start()
         for name, content in V1.items():
             if read(os.path.join(served, name)) != content:
                 problems.append("%s: %s lost its synced version after the disk came back" % (label, name))
         for name in ("new", "new-synced"):
             if read(os.path.join(served, name)) not in (None, b""):
                 problems.append("%s: %s has content that was never synced" % (label, name))
-        if mount:
-            problem = mount.stop()
-            mount = None
+        if not native:
+            problem = image.unmount()
             if problem:
                 problems.append("%s: after the disk came back: %s" % (label, problem))
             check = subprocess.run([binary, "check", image.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -212,8 +172,6 @@ def scenario(binary, root, filesystem, native):
         print("%-18s %-58s %s" % (label, "the disk came back: synced versions, a clean check",
                                   "FAILED" if any(p.startswith(label + ":") for p in problems) else "ok"))
     finally:
-        if mount:
-            mount.stop()
         image.remove()
     return problems
 

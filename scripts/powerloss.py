@@ -126,16 +126,27 @@ class Image:
         finally:
             os.close(descriptor)
 
+    def unmount(self):
+        """Unmounts the mount, if any: what went wrong, or "" when `fusermount3 -u` worked and the
+        daemon exited (a lazy unmount and a kill follow whatever happens)."""
+        if self.daemon is None:
+            return ""
+        problem = ""
+        if mounted(self.fuse) and subprocess.run(["fusermount3", "-u", self.fuse], stderr=subprocess.PIPE).returncode != 0:
+            problem = "fusermount3 -u failed; "
+            subprocess.run(["fusermount3", "-u", "-z", self.fuse], stderr=subprocess.DEVNULL)
+        try:
+            self.daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            problem += "the daemon did not exit after the unmount; "
+            self.daemon.kill()
+            self.daemon.wait()
+        self.daemon = None
+        return problem
+
     def stop(self, keep_disk=False):
         """Takes the mounts down whatever state they are in (the image's too, unless `keep_disk`)."""
-        if self.daemon is not None:
-            subprocess.run(["fusermount3", "-u", "-z", self.fuse], stderr=subprocess.DEVNULL)
-            try:
-                self.daemon.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait()
-            self.daemon = None
+        self.unmount()
         if not keep_disk and mounted(self.disk):
             umount(self.disk)
 
