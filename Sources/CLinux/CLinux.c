@@ -12,6 +12,12 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <spawn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
 
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_TMPFILE = O_TMPFILE;
@@ -33,6 +39,7 @@ int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fall
 int clinux_write_data_and_wait(int fd) {
     return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 }
+void clinux_start_writing_data(int fd) { (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
 int clinux_set_lease(int fd, int exclusive) { return fcntl(fd, F_SETLEASE, exclusive ? F_WRLCK : F_UNLCK); }
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags) {
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
@@ -62,4 +69,46 @@ int clinux_fremovexattr(int fd, const char *name) { return fremovexattr(fd, name
 
 int clinux_spawn_close_from(void *actions, int lowest) {
     return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, lowest);
+}
+
+// CRC-32C, reflected polynomial 0x82F63B78: a table for processors without the instruction.
+static uint32_t crc32c_table[256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+static int crc32c_hardware;
+
+static void crc32c_prepare(void) {
+    for (uint32_t index = 0; index < 256; index++) {
+        uint32_t value = index;
+        for (int bit = 0; bit < 8; bit++) value = value & 1 ? (value >> 1) ^ 0x82F63B78u : value >> 1;
+        crc32c_table[index] = value;
+    }
+#if defined(__x86_64__)
+    crc32c_hardware = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *bytes, size_t length) {
+    uint64_t value = crc;
+    for (; length >= 8; bytes += 8, length -= 8) {
+        uint64_t word;
+        memcpy(&word, bytes, 8);
+        value = _mm_crc32_u64(value, word);
+    }
+    crc = (uint32_t)value;
+    for (; length > 0; bytes++, length--) crc = _mm_crc32_u8(crc, *bytes);
+    return crc;
+}
+#endif
+
+unsigned int clinux_crc32c(unsigned int crc, const void *data, size_t length) {
+    pthread_once(&crc32c_once, crc32c_prepare);
+    const unsigned char *bytes = data;
+    uint32_t value = ~(uint32_t)crc;
+#if defined(__x86_64__)
+    if (crc32c_hardware) return ~crc32c_sse42(value, bytes, length);
+#endif
+    for (; length > 0; bytes++, length--) value = crc32c_table[(value ^ *bytes) & 0xFF] ^ (value >> 8);
+    return ~value;
 }

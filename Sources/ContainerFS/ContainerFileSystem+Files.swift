@@ -66,6 +66,11 @@ extension ContainerFileSystem {
                 let error = self.clearSetIDAfterTruncation(of: node, by: request.caller)
                 guard error == 0 else { return self.fail(request, error, access: access) }
             }
+            if writing {
+                // A change in place must not meet a record of the last publish after a cut.
+                let error = self.shadows.unsynced.settle(node.currentKey)
+                guard error == 0 else { return self.fail(request, error, access: access) }
+            }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
             guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough,
@@ -228,6 +233,13 @@ extension ContainerFileSystem {
                 }
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
                 if spareName.isEmpty, live || self.writesInPlace(node) {
+                    let settled = made ? 0 : self.shadows.unsynced.settle(key)
+                    guard settled == 0 else {
+                        close(descriptor)
+                        access.end(tookEffect: false)
+                        self.forget(entry.ino, count: 1)
+                        return request.reply(error: settled)
+                    }
                     guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, flags: flags, on: node,
                                                                             entry: &entry, in: parentNode, name: name) else {
                         close(descriptor)

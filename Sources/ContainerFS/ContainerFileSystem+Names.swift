@@ -87,6 +87,12 @@ extension ContainerFileSystem {
         endFreshSession(of: node)
         // A new name for an item that exists: its owner stays.
         makeItem(request, parent: newParent, name: newName, type: nil) { parent, name in
+            // The new name must not be durable before the data of an unsynced publish.
+            let waited = self.shadows.unsynced.waitForData(of: node.currentKey)
+            guard waited == 0 else {
+                errno = waited
+                return -1
+            }
             let result = node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
             if result == 0 { self.shadows.renameCommits.renamed() }
             // An unnamed file's node is not the one the answer names, so the kernel would keep
@@ -136,6 +142,7 @@ extension ContainerFileSystem {
         guard denied == 0 else { return request.reply(error: denied) }
 
         let oldName = OwnedName(name), newOwned = OwnedName(newName)
+        let sourceKey = BackingKey(source), destinationKey = replacing ? BackingKey(destination) : nil
         // An editor's save (a new file renamed over the old one) is a change of the old one, not a deletion.
         let savesOver = replacing && flags & RENAME_EXCHANGE == 0
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
@@ -154,6 +161,13 @@ extension ContainerFileSystem {
             var version: (path: String, place: ItemPath)?
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
+                    // As ext4 writes a file renamed over another first: the rename must not be
+                    // durable before the data of an unsynced publish.
+                    var waited = self.shadows.unsynced.waitForData(of: sourceKey)
+                    if waited == 0, flags & RENAME_EXCHANGE != 0, let destinationKey {
+                        waited = self.shadows.unsynced.waitForData(of: destinationKey)
+                    }
+                    guard waited == 0 else { return waited }
                     if replacing && flags & RENAME_EXCHANGE == 0 { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
                     if keepsReplaced, let versions = self.shadows.versions,

@@ -99,6 +99,10 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     @inline(__always)
     func visible(_ attributes: inout stat, of node: Node) {
         let mode = attributes.st_mode
+        // A new file's mark, or a record of its last publish, is a link nobody made.
+        if attributes.st_nlink > 1, mode & S_IFMT == S_IFREG, shadows.unsynced.hasLink(BackingKey(attributes)) {
+            attributes.st_nlink -= 1
+        }
         attributes.st_ino = ino_t(node.exposedInode)
         attributes.st_mode = Policy.visibleMode(mode, of: node.zone, isDirectory: mode & S_IFMT == S_IFDIR)
     }
@@ -127,7 +131,6 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let zone = parent.zone.child(named: name.bytes)
         guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
                                         name: name, for: uid) else { return EMFILE }
-        if attributes.st_nlink > 1, node.isRegularFile, node.isWrittenFresh { attributes.st_nlink -= 1 }
         visible(&attributes, of: node)
         entry.ino = nodes.inodeNumber(of: node)
         entry.attr = attributes
@@ -197,8 +200,6 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
                     return attributes
                 }
                 guard fstat(session.shadow, &attributes) == 0 else { return nil }
-                // A fresh file's mark in the shadow directory is not a link anyone made.
-                if session.fresh { attributes.st_nlink -= 1 }
                 return attributes
             }
             if let shadowAttributes { return (shadowAttributes, 0) }
@@ -233,6 +234,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// `truncater`: the thread that truncates through a descriptor of the session, or 0.
     private func truncate(_ node: Node, to size: off_t, by truncater: pid_t, published: inout Bool) -> Int32 {
         guard !writesInPlace(node) else {
+            let error = shadows.unsynced.settle(node.currentKey)
+            guard error == 0 else { return error }
             return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
         }
         return node.withSession { current in
@@ -324,9 +327,28 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
         if node.holdsItem, !node.isDetached { return true }
         let (attributes, error) = node.attributes()
-        // A fresh file's second link is its mark in the shadow directory.
-        if error == 0, attributes.st_nlink > 1, !node.isWrittenFresh { return true }
+        if error == 0, attributes.st_nlink > 1, userLinks(of: node, attributes) > 1 { return true }
         return optsIntoInPlace(node, generation: inPlaceGeneration.load(ordering: .acquiring))
+    }
+
+    /// How many links of the file with `attributes` (at least two) someone made: a new file's mark,
+    /// or the record of its last publish, is the daemon's. A link the daemon removed since those
+    /// attributes were read may be in their count: they are read again then.
+    private func userLinks(of node: Node, _ attributes: stat) -> nlink_t {
+        var attributes = attributes
+        // A publish may swap another file in meanwhile: its own marks count then.
+        for _ in 0..<4 {
+            switch shadows.unsynced.mark(of: BackingKey(attributes)) {
+            case .linked?: return attributes.st_nlink - 1
+            case nil: return attributes.st_nlink
+            case .unlinked?:
+                let (again, error) = node.attributes()
+                guard error == 0 else { return attributes.st_nlink }
+                if BackingKey(again) == BackingKey(attributes) { return again.st_nlink }
+                attributes = again
+            }
+        }
+        return attributes.st_nlink
     }
 
     /// Whether `node` or a directory above it carries `inPlaceAttribute`. Each node asks once a

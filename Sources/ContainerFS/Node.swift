@@ -161,9 +161,6 @@ final class Node: @unchecked Sendable {
         Node.sessionLocks[stripe].withLock { sharing.noticeSent() }
     }
 
-    /// Whether a file `create` made is being written in place (`WriteSession.fresh`): its mark in
-    /// the shadow directory is a second link that no one made through the mount.
-    var isWrittenFresh: Bool { withSession { $0?.fresh == true } }
 
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
     func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
@@ -199,6 +196,11 @@ final class Node: @unchecked Sendable {
     /// The parent and name the node was last seen under (nil parent: the root), and its files.
     private var place: Place {
         Node.placeLocks[stripe].withLock { Place(parent: parent, name: name, key: key, replaced: replacedKey) }
+    }
+
+    /// The backing file now, read under the place lock.
+    var currentKey: BackingKey {
+        Node.placeLocks[stripe].withLock { key }
     }
 
     /// The parent and name the node was last seen under (nil for the root).

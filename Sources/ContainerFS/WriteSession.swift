@@ -36,6 +36,8 @@ final class WriteSession {
     /// the deletion of the empty one. `shadowName` is then a second link to the file in the shadow
     /// directory, so that a daemon that dies leaves it empty (`ShadowDirectory.remove`).
     var fresh = false
+    /// The file a fresh session writes, whose mark `shadowName` is (`UnsyncedPublishes`).
+    var markKey: BackingKey?
     /// A large file's rewrite kept as a redo log instead of a copy (`Shadows.logThreshold`):
     /// `shadow` is then the log, and this the rest of its state.
     var log: LoggedRewrite?
@@ -82,6 +84,23 @@ final class Shadows: @unchecked Sendable {
     /// Renames into the containers not yet committed, where a sync could make them durable before
     /// their files' data (btrfs).
     let renameCommits: RenameCommits
+    /// Versions published without waiting for their data, and new files' marks.
+    let unsynced: UnsyncedPublishes
+    /// Whether the store's filesystem swaps two names (RENAME_EXCHANGE): a publish that keeps the
+    /// previous version until the data is written needs it.
+    let canExchange: Bool
+
+    /// Tries a swap of two files made for it in `directory`.
+    private static func canExchange(in directory: Int32) -> Bool {
+        let names: [[CChar]] = ["exchange-probe-1", "exchange-probe-2"].map { Array($0.utf8CString) }
+        for name in names {
+            let made = openat(directory, name, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard made >= 0 else { return false }
+            close(made)
+        }
+        defer { for name in names { unlinkat(directory, name, 0) } }
+        return clinux_renameat2(directory, names[0], directory, names[1], UInt32(RENAME_EXCHANGE)) == 0
+    }
 
     init(directory: Int32, logThreshold: off_t, versions: VersionKeeper? = nil) {
         self.directory = directory
@@ -90,6 +109,8 @@ final class Shadows: @unchecked Sendable {
         fileSyncCarriesNames = Backing.fileSyncCarriesNames(onFileSystemOf: directory)
         renameCommits = RenameCommits(directory: directory,
                                       needed: !Backing.writtenDataOrdersRenames(onFileSystemOf: directory))
+        unsynced = UnsyncedPublishes(directory: directory, queue: remover, renameCommits: renameCommits, versions: versions)
+        canExchange = Shadows.canExchange(in: directory)
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -98,6 +119,7 @@ final class Shadows: @unchecked Sendable {
     /// Waits for the removals queued so far and removes the spares (at unmount: a later mount would
     /// remove them too).
     func finishRemovals() {
+        unsynced.finishAll()
         versions?.finish()
         remover.sync {}
         for spare in spares.withLock({ spares in defer { spares = [] }; return spares }) {
@@ -189,9 +211,17 @@ final class Shadows: @unchecked Sendable {
             ? Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
             : renameat(directory, spareName, directory, name)
         guard marked == 0 else { return errno }
+        var attributes = stat()
+        guard fstat(file, &attributes) == 0 else {
+            let error = errno
+            unlinkat(directory, name, 0)
+            return error
+        }
         session.shadow = file
         session.shadowName = name
         session.fresh = true
+        session.markKey = BackingKey(attributes)
+        unsynced.linked(BackingKey(attributes))
         return 0
     }
 
@@ -348,17 +378,41 @@ final class Shadows: @unchecked Sendable {
             let error = convertLog(session, of: node)
             if error != 0 { return error }
         }
-        // A publish that is not synced still never leaves an empty or torn file to a power cut:
-        // the data is written first, and its blocks become the file's (ext4 and XFS convert them
-        // when the writes end), so that the journal commit that makes the publish durable
-        // (anyone's next sync) finds them (docs/atomic-replace.md, "Durability").
-        if !durably, clinux_write_data_and_wait(session.shadow) != 0 { return errno }
+        // A publish that is not synced still never leaves an empty or torn file to a power cut.
+        // Small files are published at once, with a record of their size and checksum that a cut
+        // leaves with them and that keeps their previous version until the background has written
+        // their data. Larger ones have their data written first, and their blocks become the
+        // file's (ext4 and XFS convert them when the writes end), so that the journal commit that
+        // makes the publish durable (anyone's next sync) finds them (docs/atomic-replace.md,
+        // "Closes without a sync").
+        var attributes = stat()
+        guard fstat(session.shadow, &attributes) == 0 else { return errno }
+        let key = BackingKey(attributes)
+        let records = !durably && (session.fresh || canExchange) && unsynced.mayRecord(size: attributes.st_size)
+        var record: [CChar] = []
+        if records {
+            let (made, error) = PublishRecord.of(session.shadow)
+            guard let made else { return error }
+            record = made.name(after: session.fresh ? session.shadowName : Shadows.replacedPrefix + session.shadowName)
+        } else if !durably, clinux_write_data_and_wait(session.shadow) != 0 {
+            return errno
+        }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
-            // would make the next mount empty the file.
+            // would make the next mount empty the file; a record, unless the file reads as it says.
+            if records {
+                guard renameat(directory, session.shadowName, directory, record) == 0 else { return errno }
+                unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: nil, versionPlace: nil))
+                session.shadow = -1
+                session.shadowName = []
+                return 0
+            }
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
-            guard durably else { return 0 }
+            guard durably else {
+                unsynced.unlinked(key)
+                return 0
+            }
             guard fsync(session.shadow) == 0 else {
                 // A sync that fails leaves the previous version, as a rewrite's does: for a new
                 // file, the empty one (docs/atomic-replace.md, "A disk that fails").
@@ -368,19 +422,43 @@ final class Shadows: @unchecked Sendable {
             // The mark was a link to the file, and so is its name (linked in at its creation): where
             // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
             // the mark's directory and the name's are synced.
-            if fileSyncCarriesNames { return 0 }
-            guard fsync(directory) == 0 else { return errno }
-            return nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
+            if !fileSyncCarriesNames {
+                guard fsync(directory) == 0 else { return errno }
+                let error = nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
+                guard error == 0 else { return error }
+            }
+            unsynced.unlinked(key)
+            return 0
         }
         if durably, fsync(session.shadow) != 0 { return errno }
+        // The record is a second link to the shadow, made before the swap: a cut that keeps the
+        // swap keeps the record too.
+        // Counted before it is made: until then a reader would take the file for a hard-linked one.
+        if records {
+            unsynced.linked(key)
+            guard linkat(directory, session.shadowName, directory, record, 0) == 0 else {
+                let error = errno
+                unsynced.unlinked(key)
+                return error
+            }
+        }
         let parent: Node, exchanged: Bool
-        switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: false) {
+        switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: records) {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
-        case .gone: return 0
-        case .failed(let error): return error
+        case .gone:
+            if records { dropRecord(record, of: key) }
+            return 0
+        case .failed(let error):
+            if records { dropRecord(record, of: key) }
+            return error
         }
         if !durably { renameCommits.renamed() }
-        if exchanged {
+        if records {
+            // The shadow's name now leads to the previous version, kept until the data is written.
+            unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName,
+                                         versionPlace: versions?.place(of: node, in: nodes)))
+            session.shadow = -1
+        } else if exchanged {
             // The shadow's name now leads to the previous version: kept as a version, or removed.
             let name = session.shadowName
             if let versions, let place = versions.place(of: node, in: nodes) {
@@ -393,6 +471,15 @@ final class Shadows: @unchecked Sendable {
         // The rename is durable once the directory is: fsync promised the file's new content.
         return durably ? Backing.syncDirectory(parent.descriptor) : 0
     }
+
+    /// Removes the record of a shadow that was not published after all.
+    private func dropRecord(_ record: [CChar], of key: BackingKey) {
+        unlinkat(directory, record, 0)
+        unsynced.unlinked(key)
+    }
+
+    /// The start of a record's name for a version that replaced another (`PublishRecord`).
+    private static let replacedPrefix: [CChar] = PublishRecord.replacedPrefix.utf8.map { CChar(bitPattern: $0) }
 
     /// Where `moveIntoPlace` left the shadow.
     private enum Placement {
@@ -450,8 +537,10 @@ final class Shadows: @unchecked Sendable {
         }
         // The copy's former name leads to what was written; the mark is a link too many.
         unlinkat(directory, session.shadowName, 0)
+        if let key = session.markKey { unsynced.unlinked(key) }
         session.shadowName = empty.shadowName
         session.fresh = false
+        session.markKey = nil
         close(empty.shadow)
     }
 
@@ -466,6 +555,8 @@ final class Shadows: @unchecked Sendable {
             let emptied = fstat(session.shadow, &attributes) == 0
                 && (attributes.st_size == 0 || ftruncate(session.shadow, 0) == 0)
             if !emptied { session.shadowName = [] }
+            // Emptied, the file is its published version: its mark says nothing more.
+            if emptied, let key = session.markKey { unsynced.unlinked(key) }
         }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
@@ -475,6 +566,7 @@ final class Shadows: @unchecked Sendable {
         session.shadowName = []
         session.dirty = false
         session.fresh = false
+        session.markKey = nil
     }
 
     // MARK: Rewrites of large files, through a redo log

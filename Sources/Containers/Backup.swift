@@ -34,6 +34,8 @@ public enum Backup {
     public static func create(store: Store, id: AppID, archive archivePath: String,
                               progress: ProgressListener? = nil) throws -> BackupSummary {
         _ = try store.record(id)
+        // A crash's records are settled first: the backup holds versions, never what a cut left.
+        try ShadowDirectory.recoverLeft(in: store)
         let container = try DirectoryHandle(path: store.containerPath(id))
         let destination = Store.absolute(archivePath)
         // An archive inside the store would end up in backups of itself, or be swept by cleanups.

@@ -6,26 +6,73 @@ public enum ShadowDirectory {
     /// published version is the empty file.
     public static let freshPrefix = "fresh-"
 
+    /// The names (daemon process ids) of the shadow directories in `store` whose daemons are gone.
+    public static func left(in store: Store) -> [String] {
+        let live = Set(MountRegistry.active(in: store).map(\.pid))
+        return ((try? FileManager.default.contentsOfDirectory(atPath: store.workPath + "/shadows")) ?? []).filter { name in
+            // A daemon still starting may not be listed yet: one that is alive keeps its directory.
+            pid_t(name).map { !live.contains($0) && kill($0, 0) != 0 && errno == ESRCH } ?? false
+        }
+    }
+
+    /// Recovers what daemons that are gone left in `store` (`remove`), before something reads the
+    /// containers without a mount: until then a file published without waiting for its data may
+    /// read as what a power cut left of it.
+    public static func recoverLeft(in store: Store) throws {
+        for name in left(in: store) {
+            try remove(atPath: store.workPath + "/shadows/" + name)
+        }
+    }
+
     /// Removes the shadow directory of a daemon that is gone. Its shadows are unpublished writes;
     /// the files it was writing in place since creating them are emptied back to their published
-    /// version. Committed logs of large files' rewrites are applied first (`DeltaLog`). A directory
-    /// holding a log that cannot be applied, or a file that cannot be emptied, stays (its marks are
-    /// what says what to do), and the error says why.
+    /// version. Versions it published without waiting for their data stay where they read as their
+    /// records say, and otherwise go back to their previous version (`PublishRecord`). Committed
+    /// logs of large files' rewrites are applied first (`DeltaLog`). A directory holding a log that
+    /// cannot be applied, or a file that cannot be put back, stays (its marks are what says what to
+    /// do), and the error says why.
     public static func remove(atPath path: String) throws {
         let recovery = DeltaLog.recover(inDirectoryAt: path)
         guard recovery == 0 else {
             throw POSIXError(POSIXErrorCode(rawValue: recovery) ?? .EIO)
         }
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] where name.hasPrefix(freshPrefix) {
-            let descriptor = open(path + "/" + name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-            guard descriptor >= 0 else {
-                if errno == ENOENT { continue }
-                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+            let error: Int32
+            if name.hasPrefix(PublishRecord.replacedPrefix),
+               let (previous, record) = PublishRecord.parse(String(name.dropFirst(PublishRecord.replacedPrefix.count))) {
+                error = restore(path + "/" + name, unless: record, from: path + "/" + previous)
+            } else if name.hasPrefix(freshPrefix) {
+                error = restore(path + "/" + name, unless: PublishRecord.parse(name)?.record, from: nil)
+            } else {
+                continue
             }
-            let emptied = ftruncate(descriptor, 0) == 0 ? 0 : errno
-            close(descriptor)
-            guard emptied == 0 else { throw POSIXError(POSIXErrorCode(rawValue: emptied) ?? .EIO) }
+            guard error == 0 else { throw POSIXError(POSIXErrorCode(rawValue: error) ?? .EIO) }
         }
         try FileManager.default.removeItem(atPath: path)
+    }
+
+    /// Puts the file linked at `path` back to its previous version, unless it reads as `record`
+    /// says: the content of the file at `previous`, or empty without one (a new file). A previous
+    /// version that is the file itself was never replaced. Returns 0 or the errno.
+    static func restore(_ path: String, unless record: PublishRecord?, from previous: String?) -> Int32 {
+        let file = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard file >= 0 else { return errno == ENOENT ? 0 : errno }
+        defer { close(file) }
+        if let record, record.matches(file) { return 0 }
+        guard let previous else { return ftruncate(file, 0) == 0 ? 0 : errno }
+        let source = open(previous, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        // Without its previous version the record has nothing to put back.
+        guard source >= 0 else { return errno == ENOENT ? 0 : errno }
+        defer { close(source) }
+        var fileAttributes = stat(), sourceAttributes = stat()
+        guard fstat(file, &fileAttributes) == 0, fstat(source, &sourceAttributes) == 0 else { return errno }
+        if fileAttributes.st_ino == sourceAttributes.st_ino { return 0 }
+        guard ftruncate(file, 0) == 0 else { return errno }
+        let error = FileData.copy(from: source, at: 0, to: file, at: 0, length: sourceAttributes.st_size, ifSourceEnds: 0)
+        guard error == 0 else { return error }
+        let times = [sourceAttributes.st_atim, sourceAttributes.st_mtim]
+        // Durable before the record goes with the directory.
+        guard futimens(file, times) == 0, fsync(file) == 0 else { return errno }
+        return 0
     }
 }

@@ -62,10 +62,7 @@ public enum StoreCheck {
         for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath)) ?? [] {
             if let pid = scratchOwner(name), !isAlive(pid) { leftovers.append(name) }
         }
-        let live = Set(MountRegistry.active(in: store).map(\.pid))
-        for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath + "/shadows")) ?? [] {
-            if let pid = pid_t(name), !live.contains(pid) { leftovers.append("shadows/" + name) }
-        }
+        leftovers += ShadowDirectory.left(in: store).map { "shadows/" + $0 }
         return leftovers.sorted().map { name in
             let path = store.workPath + "/" + name
             return StoreProblem(description: "work/\(name): left by a process that died.", repair: {

@@ -55,13 +55,23 @@ final class MountedStore {
     /// Runs `body` while every call of `syscall` by the daemon fails with `error` (an errno name):
     /// strace's fault injection, attached to all of the daemon's threads, detached after.
     func failing(_ syscall: String, with error: String, _ body: () throws -> Void) throws {
+        try injecting(syscall, "error=" + error, body)
+    }
+
+    /// Runs `body` while every call of `syscall` by the daemon waits `seconds` before it starts.
+    func delaying(_ syscall: String, by seconds: Double, _ body: () throws -> Void) throws {
+        try injecting(syscall, "delay_enter=\(Int(seconds * 1_000_000))", body)
+    }
+
+    /// Runs `body` with strace's `injection` (its inject= option) on every call of `syscall` by the daemon.
+    func injecting(_ syscall: String, _ injection: String, _ body: () throws -> Void) throws {
         guard geteuid() == 0 else { throw XCTSkip("strace's fault injection attaches to the daemon, which needs root here") }
         guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
         let pid = try XCTUnwrap(daemonPID)
         let tracer = Process()
         tracer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         tracer.arguments = ["strace", "-f", "-qq", "-p", String(pid), "-e", "trace=" + syscall,
-                            "-e", "inject=\(syscall):error=\(error)", "-o", "/dev/null"]
+                            "-e", "inject=\(syscall):\(injection)", "-o", "/dev/null"]
         try tracer.run()
         defer {
             tracer.terminate()

@@ -25,6 +25,64 @@ final class ShadowDirectoryTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: directory))
     }
 
+    /// Records of publishes whose data a power cut may have lost (`PublishRecord`): a version that
+    /// reads as its record says stays; one that does not goes back to its previous version, or to
+    /// empty for a new file; a record whose previous version is the file itself was never swapped in.
+    func testRecordsKeepWholeVersionsAndPutBackTheRest() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("shadows-\(UUID().uuidString)").path
+        let documents = directory + "-documents"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: documents, withIntermediateDirectories: true)
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: documents)
+        }
+        func write(_ content: String, to path: String) throws { try Data(content.utf8).write(to: URL(fileURLWithPath: path)) }
+        func read(_ path: String) -> String? { FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) } }
+        func recorded(_ content: String) throws -> PublishRecord {
+            let path = directory + "/scratch"
+            try write(content, to: path)
+            let descriptor = open(path, O_RDONLY)
+            defer { close(descriptor); unlink(path) }
+            return try XCTUnwrap(PublishRecord.of(descriptor).0)
+        }
+        func name(_ base: String, _ record: PublishRecord) -> String {
+            String(decoding: record.name(after: Array(base.utf8CString)).dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        // Each file in `documents`, its record a second link in `directory` as the daemon makes it.
+        let cases: [(file: String, now: String, recordedAs: String, previous: String?, expected: String)] = [
+            ("whole-new", "new file\n", "new file\n", nil, "new file\n"),
+            ("torn-new", "new", "new file\n", nil, ""),
+            ("whole-rewrite", "version 2\n", "version 2\n", "version 1\n", "version 2\n"),
+            ("torn-rewrite", "", "version 2\n", "version 1\n", "version 1\n"),
+            ("zeros-rewrite", "\0\0\0\0\0\0\0\0\0\0", "version 2\n", "version 1\n", "version 1\n"),
+        ]
+        for (index, item) in cases.enumerated() {
+            let file = documents + "/" + item.file
+            try write(item.now, to: file)
+            let record = try recorded(item.recordedAs)
+            XCTAssertEqual(PublishRecord.parse(name("fresh-\(index)", record))?.record, record, "a name gives its record back")
+            if let previous = item.previous {
+                try write(previous, to: directory + "/shadow-\(index)")
+                XCTAssertEqual(link(file, directory + "/" + PublishRecord.replacedPrefix + name("shadow-\(index)", record)), 0)
+            } else {
+                XCTAssertEqual(link(file, directory + "/" + name("fresh-\(index)", record)), 0)
+            }
+        }
+        // Not swapped in: the previous version is the record's file itself, which stays as it is.
+        try write("shadow never published", to: directory + "/shadow-9")
+        XCTAssertEqual(link(directory + "/shadow-9", directory + "/" + PublishRecord.replacedPrefix
+                            + name("shadow-9", PublishRecord(size: 1, checksum: 2))), 0)
+        XCTAssertNil(PublishRecord.parse("fresh-3"), "a mark without a record")
+        XCTAssertNil(PublishRecord.parse("shadow-3.zz.1"))
+
+        try ShadowDirectory.remove(atPath: directory)
+        for item in cases {
+            XCTAssertEqual(read(documents + "/" + item.file), item.expected, item.file)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory))
+    }
+
     private func chattr(_ flag: String, _ path: String) -> Int32 {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")

@@ -1,0 +1,240 @@
+import CLinux
+import Containers
+import Coordination
+import Dispatch
+import Glibc
+import Synchronization
+
+/// The files with a link of the daemon's in its shadow directory (a new file's mark, or the record
+/// of a version published without waiting for its data), and those whose link went without a sync
+/// since: until a sync makes that removal durable, a cut could bring the link back, and with it a
+/// record that a later change in place no longer matches (docs/atomic-replace.md, "Closes without
+/// a sync"); and a count of links read just before the removal still holds it. One value;
+/// `UnsyncedPublishes` holds it behind a lock and carries out what it says.
+struct MarkTable {
+    enum Mark: Equatable {
+        /// A link in the shadow directory: it is not the user's, and `stat` does not count it.
+        case linked
+        /// The link went (the `sequence`th removal) and no sync made that durable yet.
+        case unlinked(sequence: UInt64)
+    }
+
+    private(set) var marks: [BackingKey: Mark] = [:]
+    /// How many removals were made: each has its number.
+    private(set) var removals: UInt64 = 0
+
+    mutating func linked(_ key: BackingKey) {
+        marks[key] = .linked
+    }
+
+    /// The link went without a sync.
+    mutating func unlinked(_ key: BackingKey) {
+        removals += 1
+        marks[key] = .unlinked(sequence: removals)
+    }
+
+    /// A sync made every removal up to the `sequence`th durable.
+    mutating func settled(through sequence: UInt64) {
+        marks = marks.filter { _, mark in
+            if case .unlinked(let removal) = mark { return removal > sequence }
+            return true
+        }
+    }
+
+    func hasLink(_ key: BackingKey) -> Bool { marks[key] == .linked }
+
+    /// Whether a change of the file in place must wait for a sync first.
+    func isUnsettled(_ key: BackingKey) -> Bool {
+        if case .unlinked? = marks[key] { return true }
+        return false
+    }
+
+    var hasUnsettled: Bool { marks.values.contains { $0 != .linked } }
+}
+
+/// A version published without waiting for its data: what is left to do once the data is written.
+final class UnsyncedPublish: Sendable {
+    let key: BackingKey
+    /// Its record's name in the shadow directory, NUL-terminated.
+    let record: [CChar]
+    /// The previous version's name there, when this one replaced it (nil for a new file).
+    let previous: [CChar]?
+    /// Where the previous version is kept, when versions are kept.
+    let versionPlace: ItemPath?
+    /// The version, open (owned until the data is written), and then the outcome: 0 or an errno.
+    private let state: Mutex<(file: Int32, outcome: Int32?)>
+
+    init(key: BackingKey, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
+        self.key = key
+        self.record = record
+        self.previous = previous
+        self.versionPlace = versionPlace
+        state = Mutex((file, nil))
+    }
+
+    /// Starts the writes of the data without waiting, so that a batch's writes go out together.
+    func startWriting() {
+        state.withLock { state in
+            if state.outcome == nil { clinux_start_writing_data(state.file) }
+        }
+    }
+
+    /// Waits for the data (once, whoever asks first), then does `afterwards` with it written.
+    /// Returns 0 or the errno of the wait or of `afterwards`.
+    func finish(_ afterwards: (UnsyncedPublish) -> Int32) -> Int32 {
+        state.withLock { state in
+            if let outcome = state.outcome { return outcome }
+            var outcome = clinux_write_data_and_wait(state.file) == 0 ? 0 : errno
+            close(state.file)
+            state.file = -1
+            if outcome == 0 { outcome = afterwards(self) }
+            state.outcome = outcome
+            return outcome
+        }
+    }
+}
+
+/// Versions published at a close without waiting for their data (docs/atomic-replace.md, "Closes
+/// without a sync"): the daemon's background queue writes their data, in batches, and then
+/// removes their records and their previous versions; and the marks of new files (`MarkTable`).
+final class UnsyncedPublishes: @unchecked Sendable {
+    private let directory: Int32
+    private let queue: DispatchQueue
+    private let renameCommits: RenameCommits
+    private let versions: VersionKeeper?
+    private let table = Locked(MarkTable())
+    private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], settleScheduled: Bool)>(([:], [], false))
+    /// Set when a background write or removal failed (a disk failing): closes then wait for their
+    /// data again, so that their writers hear of the next failure.
+    private let failed = Atomic<Bool>(false)
+    /// Beyond this many versions waiting for their data, a close waits for its own: each holds a descriptor.
+    static let limit = 256
+    /// Larger files wait for their data at their close: their record would cost a read of all of it.
+    static let largestRecorded: off_t = 1 << 20
+
+    init(directory: Int32, queue: DispatchQueue, renameCommits: RenameCommits, versions: VersionKeeper?) {
+        self.directory = directory
+        self.queue = queue
+        self.renameCommits = renameCommits
+        self.versions = versions
+    }
+
+    /// Whether a close may publish a file of `size` bytes without waiting for its data.
+    func mayRecord(size: off_t) -> Bool {
+        size <= UnsyncedPublishes.largestRecorded && !failed.load(ordering: .relaxed)
+            && waiting.withLock { $0.jobs.count } < UnsyncedPublishes.limit
+    }
+
+    // MARK: Marks
+
+    func linked(_ key: BackingKey) { table.withLock { $0.linked(key) } }
+
+    /// A mark or record was removed without a sync (or a failed link undone). Kept as removed,
+    /// not forgotten: a count of links read before the removal may still hold it.
+    func unlinked(_ key: BackingKey) {
+        table.withLock { $0.unlinked(key) }
+        scheduleSettle()
+    }
+    func hasLink(_ key: BackingKey) -> Bool { table.withLock { $0.hasLink(key) } }
+    func mark(of key: BackingKey) -> MarkTable.Mark? { table.withLock { $0.marks[key] } }
+
+    // MARK: Versions waiting for their data
+
+    /// Takes over `publish` (its descriptor included): its data is written in the background.
+    func add(_ publish: UnsyncedPublish) {
+        table.withLock { $0.linked(publish.key) }
+        let first = waiting.withLock { waiting -> Bool in
+            waiting.jobs[publish.key] = publish
+            waiting.queued.append(publish)
+            return waiting.queued.count == 1
+        }
+        if first { queue.async { self.drain() } }
+    }
+
+    /// Waits for the data of the version `key` names, if it waits for it: before a rename or a
+    /// link of it, whose commit must not come before the data (as ext4 flushes a file renamed
+    /// over another). Returns 0 or the errno.
+    func waitForData(of key: BackingKey) -> Int32 {
+        guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
+        return finish(publish)
+    }
+
+    /// Before a change of the file `key` names in place: its data written, and the removal of its
+    /// link in the shadow directory durable, so that no cut brings back a record the change no
+    /// longer matches. Returns 0 or the errno.
+    func settle(_ key: BackingKey) -> Int32 {
+        let error = waitForData(of: key)
+        guard error == 0 else { return error }
+        guard table.withLock({ $0.isUnsettled(key) }) else { return 0 }
+        return settleAll()
+    }
+
+    /// Makes every removal of a link so far durable. Returns 0 or the errno.
+    @discardableResult
+    func settleAll() -> Int32 {
+        let through = table.withLock { $0.removals }
+        var error = renameCommits.beforeSync()
+        if error == 0, fsync(directory) != 0 { error = errno }
+        guard error == 0 else { return error }
+        table.withLock { $0.settled(through: through) }
+        return 0
+    }
+
+    /// Waits for everything queued (at unmount), and makes the removals durable.
+    func finishAll() {
+        queue.sync {}
+        if table.withLock({ $0.hasUnsettled }) { settleAll() }
+    }
+
+    /// On `queue`: writes the data of what waits, in batches, then settles a second later.
+    private func drain() {
+        while true {
+            let batch = waiting.withLock { waiting -> [UnsyncedPublish] in
+                defer { waiting.queued = [] }
+                return waiting.queued
+            }
+            if batch.isEmpty { break }
+            for publish in batch { publish.startWriting() }
+            for publish in batch { finish(publish) }
+        }
+        scheduleSettle()
+    }
+
+    /// A sync of the removals a second from now, unless one is due already.
+    private func scheduleSettle() {
+        let schedule = waiting.withLock { waiting -> Bool in
+            defer { waiting.settleScheduled = true }
+            return !waiting.settleScheduled
+        }
+        guard schedule else { return }
+        queue.asyncAfter(deadline: .now() + 1) {
+            self.waiting.withLock { $0.settleScheduled = false }
+            if self.table.withLock({ $0.hasUnsettled }) { self.settleAll() }
+        }
+    }
+
+    /// The data written: the record goes, then the previous version (kept as a version, or
+    /// removed). A failure leaves the record, which the next mount checks the file against.
+    @discardableResult
+    private func finish(_ publish: UnsyncedPublish) -> Int32 {
+        let error = publish.finish { publish in
+            guard unlinkat(directory, publish.record, 0) == 0 else { return errno }
+            // On btrfs the next sync must not log the removal before the data (`RenameCommits`).
+            renameCommits.renamed()
+            table.withLock { $0.unlinked(publish.key) }
+            if let previous = publish.previous {
+                if let versions, let place = publish.versionPlace {
+                    versions.keep(previous, in: directory, at: place)
+                } else {
+                    Shadows.removePrevious(previous, in: directory)
+                }
+            }
+            return 0
+        }
+        waiting.withLock { waiting in
+            if waiting.jobs[publish.key] === publish { waiting.jobs[publish.key] = nil }
+        }
+        if error != 0 { failed.store(true, ordering: .relaxed) }
+        return error
+    }
+}
