@@ -49,7 +49,6 @@ struct MarkTable {
         return false
     }
 
-    var hasUnsettled: Bool { marks.values.contains { $0 != .linked } }
 }
 
 /// A version published without waiting for its data: what is left to do once the data is written.
@@ -180,13 +179,12 @@ final class UnsyncedPublishes: @unchecked Sendable {
         return 0
     }
 
-    /// Waits for everything queued (at unmount), and makes the removals durable.
+    /// Waits for everything queued (at unmount).
     func finishAll() {
         queue.sync {}
-        if table.withLock({ $0.hasUnsettled }) { settleAll() }
     }
 
-    /// On `queue`: writes the data of what waits, in batches, then settles a second later.
+    /// On `queue`: writes the data of what waits, in batches.
     private func drain() {
         while true {
             let batch = waiting.withLock { waiting -> [UnsyncedPublish] in
@@ -200,18 +198,24 @@ final class UnsyncedPublishes: @unchecked Sendable {
         scheduleSettle()
     }
 
-    /// A sync of the removals a second from now, unless one is due already.
+    /// A sync of the removals on the background queue once the table holds `settleAt` files, unless
+    /// one is due already: it keeps the table small. Until then a change in place of a file whose
+    /// mark went pays the sync itself (`settle`), which is rare; a sync a second would cost a
+    /// commit a second while files are written (on btrfs, of the whole filesystem).
     private func scheduleSettle() {
         let schedule = waiting.withLock { waiting -> Bool in
-            defer { waiting.settleScheduled = true }
-            return !waiting.settleScheduled
+            guard !waiting.settleScheduled, table.withLock({ $0.marks.count }) >= UnsyncedPublishes.settleAt else { return false }
+            waiting.settleScheduled = true
+            return true
         }
         guard schedule else { return }
-        queue.asyncAfter(deadline: .now() + 1) {
+        queue.async {
             self.waiting.withLock { $0.settleScheduled = false }
-            if self.table.withLock({ $0.hasUnsettled }) { self.settleAll() }
+            self.settleAll()
         }
     }
+
+    static let settleAt = 4096
 
     /// The data written: the record goes, then the previous version (kept as a version, or
     /// removed). A failure leaves the record, which the next mount checks the file against.

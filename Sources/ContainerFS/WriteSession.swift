@@ -409,10 +409,8 @@ final class Shadows: @unchecked Sendable {
             }
             guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
-            guard durably else {
-                unsynced.unlinked(key)
-                return 0
-            }
+            unsynced.unlinked(key)
+            guard durably else { return 0 }
             guard fsync(session.shadow) == 0 else {
                 // A sync that fails leaves the previous version, as a rewrite's does: for a new
                 // file, the empty one (docs/atomic-replace.md, "A disk that fails").
@@ -427,13 +425,12 @@ final class Shadows: @unchecked Sendable {
                 let error = nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
                 guard error == 0 else { return error }
             }
-            unsynced.unlinked(key)
             return 0
         }
         if durably, fsync(session.shadow) != 0 { return errno }
         // The record is a second link to the shadow, made before the swap: a cut that keeps the
-        // swap keeps the record too.
-        // Counted before it is made: until then a reader would take the file for a hard-linked one.
+        // swap keeps the record too. It is counted before it is made: a reader would otherwise
+        // take the file for a hard-linked one.
         if records {
             unsynced.linked(key)
             guard linkat(directory, session.shadowName, directory, record, 0) == 0 else {
@@ -555,11 +552,13 @@ final class Shadows: @unchecked Sendable {
             let emptied = fstat(session.shadow, &attributes) == 0
                 && (attributes.st_size == 0 || ftruncate(session.shadow, 0) == 0)
             if !emptied { session.shadowName = [] }
-            // Emptied, the file is its published version: its mark says nothing more.
-            if emptied, let key = session.markKey { unsynced.unlinked(key) }
         }
         if session.shadow >= 0 { close(session.shadow) }
-        if !session.shadowName.isEmpty { unlinkat(directory, session.shadowName, 0) }
+        if !session.shadowName.isEmpty {
+            unlinkat(directory, session.shadowName, 0)
+            // Emptied, a new file is its published version: its mark says nothing more.
+            if session.fresh, let key = session.markKey { unsynced.unlinked(key) }
+        }
         if let log = session.log { close(log.original) }
         session.log = nil
         session.shadow = -1
