@@ -48,6 +48,12 @@ enum Backing {
         return fchmod(descriptor, cleared & 0o7777) == 0 ? 0 : errno
     }
 
+    /// The backing file open as `descriptor`; nil when `fstat` fails.
+    static func key(of descriptor: Int32) -> BackingKey? {
+        var attributes = stat()
+        return fstat(descriptor, &attributes) == 0 ? BackingKey(attributes) : nil
+    }
+
     /// An `O_PATH` descriptor on `name` in `directory`, never following a symlink.
     @inline(__always)
     static func openPath(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {

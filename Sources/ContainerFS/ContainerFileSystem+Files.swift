@@ -67,8 +67,8 @@ extension ContainerFileSystem {
                 guard error == 0 else { return self.fail(request, error, access: access) }
             }
             if writing {
-                // A change in place must not meet a record of the last publish after a cut.
-                let error = self.shadows.unsynced.settle(node.currentKey)
+                // A change in place goes to the file once its last publish's record is gone.
+                let error = self.shadows.unsynced.waitForData(of: node.currentKey)
                 guard error == 0 else { return self.fail(request, error, access: access) }
             }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
@@ -233,12 +233,12 @@ extension ContainerFileSystem {
                 }
                 // (A spare's second link would make it look hard-linked; startsFresh asked already.)
                 if spareName.isEmpty, live || self.writesInPlace(node) {
-                    let settled = made ? 0 : self.shadows.unsynced.settle(key)
-                    guard settled == 0 else {
+                    let waited = made ? 0 : self.shadows.unsynced.waitForData(of: key)
+                    guard waited == 0 else {
                         close(descriptor)
                         access.end(tookEffect: false)
                         self.forget(entry.ino, count: 1)
-                        return request.reply(error: settled)
+                        return request.reply(error: waited)
                     }
                     guard let (writtenNode, path) = self.countWriterInPlace(descriptor, live: live, flags: flags, on: node,
                                                                             entry: &entry, in: parentNode, name: name) else {
@@ -500,7 +500,10 @@ extension ContainerFileSystem {
     public func fsync(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
         guard handle.writesThroughSession else {
-            let error = shadows.renameCommits.beforeSync()
+            // A change in place made since a record of the file's last publish went: that
+            // removal is made durable first, or a cut could bring the record back over the change.
+            var error = handle.node.isRegularFile ? shadows.unsynced.settle(Backing.key(of: handle.descriptor)) : 0
+            if error == 0 { error = shadows.renameCommits.beforeSync() }
             guard error == 0 else { return request.reply(error: error) }
             return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
         }

@@ -234,7 +234,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// `truncater`: the thread that truncates through a descriptor of the session, or 0.
     private func truncate(_ node: Node, to size: off_t, by truncater: pid_t, published: inout Bool) -> Int32 {
         guard !writesInPlace(node) else {
-            let error = shadows.unsynced.settle(node.currentKey)
+            let error = shadows.unsynced.waitForData(of: node.currentKey)
             guard error == 0 else { return error }
             return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
         }

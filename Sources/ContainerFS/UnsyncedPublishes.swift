@@ -158,10 +158,11 @@ final class UnsyncedPublishes: @unchecked Sendable {
         return finish(publish)
     }
 
-    /// Before a change of the file `key` names in place: its data written, and the removal of its
-    /// link in the shadow directory durable, so that no cut brings back a record the change no
-    /// longer matches. Returns 0 or the errno.
-    func settle(_ key: BackingKey) -> Int32 {
+    /// Before a sync of the file `key` names, which a change in place may have made since: its data
+    /// written, and the removal of its link in the shadow directory durable, so that no cut brings
+    /// back a record the change no longer matches. Returns 0 or the errno.
+    func settle(_ key: BackingKey?) -> Int32 {
+        guard let key else { return 0 }
         let error = waitForData(of: key)
         guard error == 0 else { return error }
         guard table.withLock({ $0.isUnsettled(key) }) else { return 0 }
@@ -199,9 +200,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     }
 
     /// A sync of the removals on the background queue once the table holds `settleAt` files, unless
-    /// one is due already: it keeps the table small. Until then a change in place of a file whose
-    /// mark went pays the sync itself (`settle`), which is rare; a sync a second would cost a
-    /// commit a second while files are written (on btrfs, of the whole filesystem).
+    /// one is due already: it keeps the table small. Until then a sync of a file whose mark went
+    /// pays it itself (`settle`), which is rare; a sync a second would cost a commit a second
+    /// while files are written (on btrfs, of the whole filesystem).
     private func scheduleSettle() {
         let schedule = waiting.withLock { waiting -> Bool in
             guard !waiting.settleScheduled, table.withLock({ $0.marks.count }) >= UnsyncedPublishes.settleAt else { return false }
