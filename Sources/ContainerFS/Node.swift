@@ -161,7 +161,6 @@ final class Node: @unchecked Sendable {
         Node.sessionLocks[stripe].withLock { sharing.noticeSent() }
     }
 
-
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
     func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
         Node.sessionLocks[stripe].withLock { body(&cachedVersion) }

@@ -391,7 +391,7 @@ final class Shadows: @unchecked Sendable {
         let records = !durably && (session.fresh || canExchange) && unsynced.mayRecord(size: attributes.st_size)
         var record: [CChar] = []
         if records {
-            let (made, error) = PublishRecord.of(session.shadow)
+            let (made, error) = PublishRecord.of(session.shadow, size: UInt64(attributes.st_size))
             guard let made else { return error }
             record = made.name(after: session.fresh ? session.shadowName : Shadows.replacedPrefix + session.shadowName)
         } else if !durably, clinux_write_data_and_wait(session.shadow) != 0 {
@@ -440,7 +440,7 @@ final class Shadows: @unchecked Sendable {
             }
         }
         let parent: Node, exchanged: Bool
-        switch moveIntoPlace(session.shadow, named: session.shadowName, of: node, in: nodes, mustExchange: records) {
+        switch moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records) {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
         case .gone:
             if records { dropRecord(record, of: key) }
@@ -491,11 +491,9 @@ final class Shadows: @unchecked Sendable {
     /// Puts the session's shadow in place of the file `node` shows, and points the node at it. The
     /// two swap places (the previous version then has the shadow's name) unless the filesystem
     /// cannot swap and `mustExchange` is false: then the shadow is renamed over the file.
-    private func moveIntoPlace(_ shadow: Int32, named shadowName: [CChar], of node: Node, in nodes: NodeTable,
+    private func moveIntoPlace(_ shadowName: [CChar], _ attributes: stat, of node: Node, in nodes: NodeTable,
                                mustExchange: Bool) -> Placement {
         guard let (parent, name) = nodes.place(of: node) else { return .gone }
-        var attributes = stat()
-        guard fstat(shadow, &attributes) == 0 else { return .failed(errno) }
         return Backing.withCName(name) { cName -> Placement in
             var current = stat()
             guard fstatat(parent.descriptor, cName, &current, AT_SYMLINK_NOFOLLOW) == 0 else {
@@ -529,7 +527,9 @@ final class Shadows: @unchecked Sendable {
         // An empty copy of the file (mode, owner, attributes) swaps places with it.
         let empty = WriteSession()
         guard prepare(empty, of: node, truncated: true) == 0 else { return }
-        guard case .moved = moveIntoPlace(empty.shadow, named: empty.shadowName, of: node, in: nodes, mustExchange: true) else {
+        var attributes = stat()
+        guard fstat(empty.shadow, &attributes) == 0,
+              case .moved = moveIntoPlace(empty.shadowName, attributes, of: node, in: nodes, mustExchange: true) else {
             return discard(empty)
         }
         // The copy's former name leads to what was written; the mark is a link too many.

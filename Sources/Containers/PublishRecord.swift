@@ -19,16 +19,13 @@ public struct PublishRecord: Equatable, Sendable {
     /// is its mark with the same suffix (`fresh-N.SIZE.CRC`).
     public static let replacedPrefix = "record-"
 
-    /// The record of the file open for reading as `descriptor`, read from its start to its end;
-    /// or the errno of a read that failed.
-    public static func of(_ descriptor: Int32) -> (PublishRecord?, Int32) {
-        var attributes = stat()
-        guard fstat(descriptor, &attributes) == 0 else { return (nil, errno) }
-        let size = UInt64(attributes.st_size)
+    /// The record of the file open for reading as `descriptor`, of `size` bytes: read from its start
+    /// to its end; or the errno of a read that failed (EAGAIN if it is not `size` bytes long).
+    public static func of(_ descriptor: Int32, size: UInt64) -> (PublishRecord?, Int32) {
         var checksum: UInt32 = 0
         let error = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 65536) { buffer -> Int32 in
             var offset: UInt64 = 0
-            while offset < size {
+            while true {
                 let count = pread(descriptor, buffer.baseAddress, buffer.count, off_t(offset))
                 if count < 0 {
                     if errno == EINTR { continue }
@@ -37,8 +34,8 @@ public struct PublishRecord: Equatable, Sendable {
                 if count == 0 { break }
                 checksum = clinux_crc32c(checksum, buffer.baseAddress, count)
                 offset += UInt64(count)
+                if offset > size { break }
             }
-            // A file that grew while it was read is not the file recorded.
             return offset == size ? 0 : EAGAIN
         }
         return error == 0 ? (PublishRecord(size: size, checksum: checksum), 0) : (nil, error)
@@ -46,7 +43,9 @@ public struct PublishRecord: Equatable, Sendable {
 
     /// Whether the file open as `descriptor` holds exactly the recorded bytes.
     public func matches(_ descriptor: Int32) -> Bool {
-        let (found, error) = PublishRecord.of(descriptor)
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0, UInt64(attributes.st_size) == size else { return false }
+        let (found, error) = PublishRecord.of(descriptor, size: size)
         return error == 0 && found == self
     }
 

@@ -253,6 +253,10 @@ final class AtomicReplaceTests: MountedTestCase {
 extension AtomicReplaceTests {
     func testASwapThatFailsIsReportedAtCloseAndLeavesThePreviousVersion() throws {
         try rewrite("swapped.txt", syncing: false, whileFailing: "renameat2")
+        // The record made for the swap went with it: nothing is left for a next mount to check.
+        let shadows = mounted.store.workPath + "/shadows/\(try XCTUnwrap(mounted.daemonPID))"
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: shadows).filter { $0.hasPrefix(PublishRecord.replacedPrefix) }, [])
+        XCTAssertEqual(sh("stat -c %h Documents/swapped.txt"), "1\n")
         sh("echo v3 > Documents/swapped.txt")
         XCTAssertEqual(sh("cat Documents/swapped.txt"), "v3\n", "the next rewrite publishes")
     }

@@ -44,7 +44,7 @@ final class ShadowDirectoryTests: XCTestCase {
             try write(content, to: path)
             let descriptor = open(path, O_RDONLY)
             defer { close(descriptor); unlink(path) }
-            return try XCTUnwrap(PublishRecord.of(descriptor).0)
+            return try XCTUnwrap(PublishRecord.of(descriptor, size: UInt64(content.utf8.count)).0)
         }
         func name(_ base: String, _ record: PublishRecord) -> String {
             String(decoding: record.name(after: Array(base.utf8CString)).dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
