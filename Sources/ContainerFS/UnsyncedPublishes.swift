@@ -98,7 +98,8 @@ final class UnsyncedPublish: Sendable {
 /// removes their records and their previous versions; and the marks of new files (`MarkTable`).
 final class UnsyncedPublishes: @unchecked Sendable {
     private let directory: Int32
-    private let queue: DispatchQueue
+    /// Its own: a batch waits for the disk, which the spares made ahead on the shadows' queue should not.
+    private let queue = DispatchQueue(label: "containerfs.shadows.unsynced", qos: .utility)
     private let renameCommits: RenameCommits
     private let versions: VersionKeeper?
     private let table = Locked(MarkTable())
@@ -111,9 +112,8 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Larger files wait for their data at their close: their record would cost a read of all of it.
     static let largestRecorded: off_t = 1 << 20
 
-    init(directory: Int32, queue: DispatchQueue, renameCommits: RenameCommits, versions: VersionKeeper?) {
+    init(directory: Int32, renameCommits: RenameCommits, versions: VersionKeeper?) {
         self.directory = directory
-        self.queue = queue
         self.renameCommits = renameCommits
         self.versions = versions
     }
