@@ -199,8 +199,7 @@ public enum Daemon {
     /// files they were writing are empty again).
     private static func prepareShadowDirectory(in store: Store) throws -> (descriptor: Int32, path: String) {
         let shadows = store.workPath + "/shadows"
-        let live = Set(MountRegistry.active(in: store).map { String($0.pid) })
-        for leftover in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where !live.contains(leftover) {
+        for leftover in ShadowDirectory.left(in: store) {
             // A committed rewrite of a large file must reach its file before anyone reads it.
             let recovery = DeltaLog.recover(inDirectoryAt: shadows + "/" + leftover)
             guard recovery == 0 else {
@@ -210,7 +209,13 @@ public enum Daemon {
                     the error names (the store's disk), then mount again.
                     """)
             }
-            try? ShadowDirectory.remove(atPath: shadows + "/" + leftover)
+            do { try ShadowDirectory.remove(atPath: shadows + "/" + leftover) } catch {
+                throw ContainerError("""
+                    \(shadows)/\(leftover): what a daemon that stopped left cannot be put right (\(error)); \
+                    until it is, a file it was writing may read as what a power cut left of it. Fix what the \
+                    error names (the store's disk, an immutable file), then mount again.
+                    """)
+            }
         }
         let own = shadows + "/\(getpid())"
         try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)

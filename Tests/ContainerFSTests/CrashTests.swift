@@ -96,4 +96,27 @@ final class CrashTests: MountedTestCase {
         let check = Shell.run("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
         XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")
     }
+
+    /// What a stopped daemon left that cannot be put right (here a new file it was writing, which
+    /// must go back to empty, made immutable) keeps the next mount from starting, and says why:
+    /// otherwise the file would be served as a crash left it.
+    func testAMountRefusesWhatItCannotRecoverAndSaysWhy() throws {
+        try XCTSkipIf(geteuid() != 0, "making a file immutable needs root")
+        sh("printf 'half written' > Documents/left.txt")
+        mounted.crashDaemon()
+        let file = mounted.backing() + "/Documents/left.txt"
+        let shadows = mounted.store.workPath + "/shadows/2147483640"
+        try FileManager.default.createDirectory(atPath: shadows, withIntermediateDirectories: true)
+        XCTAssertEqual(link(file, shadows + "/fresh-1"), 0)
+        defer { _ = Shell.run("chattr -i \(Shell.quote(file))") }
+        let made = Shell.run("chattr +i \(Shell.quote(file))")
+        try XCTSkipIf(made.status != 0, "the filesystem has no immutable files: \(made.error)")
+        XCTAssertThrowsError(try mounted.remount()) { error in
+            XCTAssertTrue("\(error)".contains("cannot be put right"), "\(error)")
+        }
+        XCTAssertEqual(Shell.run("chattr -i \(Shell.quote(file))").status, 0)
+        try mounted.remount()
+        XCTAssertEqual(sh("stat -c %s Documents/left.txt"), "0\n", "a new file a daemon was writing goes back to empty")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shadows))
+    }
 }
