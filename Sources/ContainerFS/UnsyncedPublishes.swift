@@ -139,9 +139,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
 
     // MARK: Versions waiting for their data
 
-    /// Takes over `publish` (its descriptor included): its data is written in the background.
+    /// Takes over `publish` (its descriptor included): its data is written in the background. Its
+    /// record is counted already (`linked`, before the link was made).
     func add(_ publish: UnsyncedPublish) {
-        table.withLock { $0.linked(publish.key) }
         let first = waiting.withLock { waiting -> Bool in
             waiting.jobs[publish.key] = publish
             waiting.queued.append(publish)
