@@ -54,11 +54,14 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in_buf, int fd, 
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <stdlib.h>
+#include <linux/capability.h>
 
 struct cfuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define CFUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfuse_backing_map)
 #define CFUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 #define CFUSE_INIT_EXT (1u << 30)
+#define CFUSE_HANDLE_KILLPRIV_V2 (1u << 28)
 #define CFUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
 #define CFUSE_DIRECT_IO_ALLOW_MMAP_FLAGS2 (1u << (36 - 32))
 #define CFUSE_FOPEN_NOFLUSH (1u << 5)
@@ -70,6 +73,28 @@ static inline int cfuse_backing_open(int device, int fd) {
     struct cfuse_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
     int id = ioctl(device, CFUSE_DEV_IOC_BACKING_OPEN, &map);
     return id < 0 ? -errno : id;
+}
+
+/// As `cfuse_backing_open`, registered without CAP_FSETID: the kernel reads and writes the backing
+/// file with the credentials of its registration, and a write clears set-user-ID (and set-group-ID
+/// where the group may execute) unless they hold CAP_FSETID. The thread drops it from its effective
+/// set for the registration, then takes it back (capabilities are the thread's own). Returns
+/// -errno if it cannot drop it.
+static inline int cfuse_backing_open_without_fsetid(int device, int fd) {
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct held[2], lowered[2];
+    if (syscall(SYS_capget, &header, held) != 0) return -errno;
+    memcpy(lowered, held, sizeof lowered);
+    lowered[0].effective &= ~(1u << CAP_FSETID);
+    if (syscall(SYS_capset, &header, lowered) != 0) return -errno;
+    int result = cfuse_backing_open(device, fd);
+    // A thread left without it would go on serving requests with other credentials than it had.
+    if (syscall(SYS_capset, &header, held) != 0) {
+        static const char message[] = "containerfs: cannot take back CAP_FSETID after registering a backing file\n";
+        (void)!write(2, message, sizeof message - 1);
+        abort();
+    }
+    return result;
 }
 
 static inline int cfuse_backing_close(int device, int id) {
@@ -133,18 +158,24 @@ static inline int cfuse_reply_create_passthrough(fuse_req_t req, const struct fu
 }
 
 /// Adds to libfuse's answer to the kernel's INIT (header and `fuse_init_out`) what libfuse 3.14
-/// predates: shared mappings of files opened for direct I/O (Linux 6.6), and with `passthrough`,
+/// predates: with `killpriv_v2`, that the daemon clears set-ID bits itself (FUSE_HANDLE_KILLPRIV_V2,
+/// Linux 5.11); shared mappings of files opened for direct I/O (Linux 6.6); and with `passthrough`,
 /// passthrough with a stack depth of 1 (backing files on a disk filesystem, not on another stacked
-/// one). Returns whether it could; an answer that is an error, or from a kernel without extended
-/// flags, stays as it was.
-static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough) {
+/// one). Returns whether it could; an answer that is an error stays as it was, and one to a kernel
+/// without extended flags gets only the first.
+static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough, int killpriv_v2) {
     if (count != 2 || iov[0].iov_len < 16 || iov[1].iov_len != 64) return 0;
     int32_t error;
     memcpy(&error, (char *)iov[0].iov_base + 4, sizeof error);
     uint32_t flags;
-    memcpy(&flags, (char *)iov[1].iov_base + 12, sizeof flags);
-    if (error != 0 || !(flags & CFUSE_INIT_EXT)) return 0;
     char *out = iov[1].iov_base;
+    memcpy(&flags, out + 12, sizeof flags);
+    if (error != 0) return 0;
+    if (killpriv_v2) {
+        flags |= CFUSE_HANDLE_KILLPRIV_V2;
+        memcpy(out + 12, &flags, sizeof flags);
+    }
+    if (!(flags & CFUSE_INIT_EXT)) return 0;
     uint32_t flags2, depth = 1;
     memcpy(&flags2, out + 32, sizeof flags2);
     flags2 |= CFUSE_DIRECT_IO_ALLOW_MMAP_FLAGS2;

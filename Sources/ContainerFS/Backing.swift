@@ -36,16 +36,17 @@ enum Backing {
         return (attributes, result == 0 ? 0 : errno)
     }
 
-    /// Clears the set-ID bits that a change of the file's data by `caller` drops (`SetID`). The
-    /// daemon writes as root, so the backing filesystem would keep them, and the kernel leaves it
-    /// to the daemon for writes that bypass its cache. Returns 0 or the errno.
-    static func clearSetID(_ descriptor: Int32, changedBy caller: Caller) -> Int32 {
-        guard caller.uid != 0 else { return 0 }
+    /// Clears the set-ID bits that a change of the file's data by `caller` drops (`SetID`): the
+    /// daemon writes as root, so the backing filesystem would keep them, and the kernel leaves
+    /// clearing them to the daemon (`FuseSession.takeOverSetIDClearing`). Returns 0 or the errno,
+    /// and whether it cleared any (the kernel's cached mode then no longer holds).
+    static func clearSetID(_ descriptor: Int32, changedBy caller: Caller) -> (error: Int32, cleared: Bool) {
+        guard caller.uid != 0 else { return (0, false) }
         var attributes = stat()
-        guard fstat(descriptor, &attributes) == 0 else { return errno }
+        guard fstat(descriptor, &attributes) == 0 else { return (errno, false) }
         let cleared = SetID.mode(attributes.st_mode, group: attributes.st_gid, afterChangeBy: caller)
-        guard cleared != attributes.st_mode else { return 0 }
-        return fchmod(descriptor, cleared & 0o7777) == 0 ? 0 : errno
+        guard cleared != attributes.st_mode else { return (0, false) }
+        return fchmod(descriptor, cleared & 0o7777) == 0 ? (0, true) : (errno, false)
     }
 
     /// The backing file open as `descriptor`; nil when `fstat` fails.

@@ -37,7 +37,6 @@ extension ContainerFileSystem {
                 }
             }
             if error == 0, choosesInPlace { self.inPlaceGeneration.add(1, ordering: .releasing) }
-            node.capabilityAbsentUntil.store(0, ordering: .releasing)
             access.end(tookEffect: error == 0)
             request.reply(error: error)
         }
@@ -85,29 +84,11 @@ extension ContainerFileSystem {
         }
         guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
-        // The kernel asks before each write whether it must clear a file capability: a file found
-        // without one is answered from memory for a second, and until an attribute changes through
-        // the mount. A capability set in the store meanwhile is cleared all the same: every write
-        // reaches the store's filesystem as a write (or a copy) by the daemon or the kernel, which
-        // clears it there.
-        let asksCapability = node.isRegularFile && strcmp(name, Self.capabilityAttribute) == 0
-        let now = asksCapability ? DispatchTime.now().uptimeNanoseconds : 0
-        if asksCapability, node.capabilityAbsentUntil.load(ordering: .acquiring) > now {
-            return request.reply(error: ENODATA)
-        }
         replyAttributeData(request, size: size) { buffer, capacity in
-            let result = node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
-            if asksCapability, result < 0, errno == ENODATA {
-                node.capabilityAbsentUntil.store(now + Self.capabilityKnownFor, ordering: .releasing)
-                errno = ENODATA
-            }
-            return result
+            node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
         }
     }
 
-    static let capabilityAttribute = "security.capability"
-    /// How long an absent capability is taken as known, in nanoseconds.
-    static let capabilityKnownFor: UInt64 = 1_000_000_000
 
     public func listxattr(_ request: FuseRequest, inode: InodeNumber, size: Int) {
         let node = nodes.node(inode)

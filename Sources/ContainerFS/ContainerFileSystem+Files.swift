@@ -434,17 +434,19 @@ extension ContainerFileSystem {
     public func write(_ request: FuseRequest, inode: InodeNumber, data: UnsafeMutablePointer<fuse_bufvec>,
                       offset: off_t, file: FileInfo) {
         let handle = Handle.get(file, as: OpenFile.self)
-        let firstWrite = !handle.wrote
         handle.wrote = true
         var written = 0
+        var cleared = false
         let error = withTarget(of: handle, writer: file.lockOwner, logging: !handle.appends) { target in
-            if firstWrite, request.caller.uid != 0 {
-                let error: Int32
+            // Every write, as the kernel would: the bits may have been set since the last one.
+            if request.caller.uid != 0 {
+                let outcome: (error: Int32, cleared: Bool)
                 switch target {
-                case .descriptor(let descriptor): error = Backing.clearSetID(descriptor, changedBy: request.caller)
-                case .log(let session): error = session.log.map { Backing.clearSetID($0.original, changedBy: request.caller) } ?? 0
+                case .descriptor(let descriptor): outcome = Backing.clearSetID(descriptor, changedBy: request.caller)
+                case .log(let session): outcome = session.log.map { Backing.clearSetID($0.original, changedBy: request.caller) } ?? (0, false)
                 }
-                guard error == 0 else { return written = -Int(error) }
+                guard outcome.error == 0 else { return written = -Int(outcome.error) }
+                cleared = outcome.cleared
             }
             switch target {
             case .log(let session):
@@ -462,6 +464,7 @@ extension ContainerFileSystem {
             return request.reply(error: Int32(-written))
         }
         request.reply(written: written)
+        if cleared { kernel?.invalidateInode(inode, offset: -1, length: 0) }
     }
 
     /// A write that failed (a full disk) spoils the session's shadow: none of it is published.
@@ -553,13 +556,17 @@ extension ContainerFileSystem {
         let denied = Policy.write(nodes.node(inode).zone)
         guard denied == 0 else { return request.reply(error: denied) }
         var result: Int32 = 0
+        var cleared = false
         let handle = Handle.get(file, as: OpenFile.self)
         let caller = request.caller
         let error = withDescriptor(of: handle, writer: file.lockOwner) {
-            // As a write: the kernel's FUSE clears set-group-ID by the older rule alone.
-            result = Backing.clearSetID($0, changedBy: caller)
+            // As a write.
+            let outcome = Backing.clearSetID($0, changedBy: caller)
+            result = outcome.error
+            cleared = outcome.cleared
             if result == 0 { result = Backing.check(clinux_fallocate($0, mode, offset, length)) }
         }
+        if cleared { kernel?.invalidateInode(inode, offset: -1, length: 0) }
         if result == ENOSPC { failSession(of: handle, with: result) }
         request.reply(error: error != 0 ? error : result)
     }

@@ -68,9 +68,9 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let capable = connection.pointee.capable
         // Locks stay in the kernel (see FuseSession); the rest is what a local disk offers.
         var want = connection.pointee.want & ~UInt32(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS)
-        // The kernel clears set-user-ID and set-group-ID bits on a write, truncate or chown by
-        // someone without CAP_FSETID, as a SETATTR of the mode: the daemon writes as root, which a
-        // local disk would let keep them (libfuse asks to handle that itself by default).
+        // Not the older FUSE_HANDLE_KILLPRIV (libfuse asks for it by default), with which the kernel
+        // would leave a chown's clearing to the daemon too: the daemon takes the newer protocol
+        // (`FuseSession.takeOverSetIDClearing`).
         want &= ~UInt32(FUSE_CAP_HANDLE_KILLPRIV)
         // O_TRUNC arrives with the open, so a truncating open makes an empty shadow: no copy.
         for capability in [FUSE_CAP_ATOMIC_O_TRUNC, FUSE_CAP_EXPORT_SUPPORT, FUSE_CAP_SPLICE_READ, FUSE_CAP_SPLICE_WRITE,

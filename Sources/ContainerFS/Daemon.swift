@@ -129,6 +129,10 @@ public enum Daemon {
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
+        // The daemon clears set-ID bits itself (on every write, truncation and allocation by a
+        // caller without CAP_FSETID), and the kernel stops asking before each write
+        // (docs/atomic-replace.md, "Set-ID bits").
+        session.takeOverSetIDClearing()
         if configuration.passthrough { offerPassthrough(session, to: fileSystem, logger: logger) }
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)

@@ -69,9 +69,6 @@ final class Node: @unchecked Sendable {
     /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
     /// past the generation it was asked in (0: never asked).
     let inPlaceAnswer = Atomic<UInt64>(0)
-    /// Until when (uptime in nanoseconds) the file is known to carry no `security.capability`,
-    /// which the kernel asks for before every write (`ContainerFileSystem.getxattr`); 0: unknown.
-    let capabilityAbsentUntil = Atomic<UInt64>(0)
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {

@@ -62,6 +62,17 @@ public final class FuseSession {
         box.takeUnretainedValue().offersPassthrough.store(true, ordering: .releasing)
     }
 
+    /// Takes over the clearing of set-user-ID and set-group-ID bits from the kernel
+    /// (FUSE_HANDLE_KILLPRIV_V2, Linux 5.11): the kernel then stops asking the daemon before each
+    /// write whether it must clear privileges (a GETXATTR of `security.capability`, and a SETATTR
+    /// of the mode), and the daemon must clear them on writes, truncations and allocations by
+    /// callers without CAP_FSETID. Files registered for passthrough are then registered with
+    /// credentials that hold no CAP_FSETID (`openBacking`), so that the backing filesystem clears
+    /// them on a write the daemon never sees. Call after `mount`, before `run`.
+    public func takeOverSetIDClearing() {
+        box.takeUnretainedValue().clearsSetID.store(true, ordering: .releasing)
+    }
+
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
     public func installSignalHandlers() throws {
         guard fuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
@@ -103,7 +114,8 @@ private func sendReply(_ device: Int32, _ vectors: UnsafeMutablePointer<iovec>?,
     if let userdata, let vectors {
         let box = Unmanaged<FileSystemBox>.fromOpaque(userdata).takeUnretainedValue()
         if box.amendsInitReply.load(ordering: .relaxed), box.amendsInitReply.exchange(false, ordering: .acquiringAndReleasing) {
-            _ = cfuse_amend_init(vectors, count, box.offersPassthrough.load(ordering: .acquiring) ? 1 : 0)
+            _ = cfuse_amend_init(vectors, count, box.offersPassthrough.load(ordering: .acquiring) ? 1 : 0,
+                                 box.clearsSetID.load(ordering: .acquiring) ? 1 : 0)
         }
     }
     return writev(device, vectors, count)
@@ -119,7 +131,11 @@ public protocol BackingFileRegistry: AnyObject {
 }
 
 extension FuseSession: BackingFileRegistry {
-    public func openBacking(_ descriptor: Int32) -> Int32 { cfuse_backing_open(fuse_session_fd(session), descriptor) }
+    public func openBacking(_ descriptor: Int32) -> Int32 {
+        box.takeUnretainedValue().clearsSetID.load(ordering: .relaxed)
+            ? cfuse_backing_open_without_fsetid(fuse_session_fd(session), descriptor)
+            : cfuse_backing_open(fuse_session_fd(session), descriptor)
+    }
     public func closeBacking(_ id: Int32) { _ = cfuse_backing_close(fuse_session_fd(session), id) }
 }
 

@@ -64,9 +64,12 @@ public protocol LowLevelFileSystem: AnyObject {
 final class FileSystemBox {
     let fileSystem: any LowLevelFileSystem
     /// Set while the session's next reply is the one to the kernel's INIT, to be amended: shared
-    /// mappings of direct-I/O files, and passthrough if offered (`FuseSession.offerPassthrough`).
+    /// mappings of direct-I/O files, passthrough if offered (`FuseSession.offerPassthrough`), and
+    /// the daemon's clearing of set-ID bits if taken over.
     let amendsInitReply = Atomic<Bool>(true)
     let offersPassthrough = Atomic<Bool>(false)
+    /// `FuseSession.takeOverSetIDClearing`.
+    let clearsSetID = Atomic<Bool>(false)
     init(_ fileSystem: any LowLevelFileSystem) { self.fileSystem = fileSystem }
 }
 

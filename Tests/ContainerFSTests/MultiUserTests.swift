@@ -46,15 +46,42 @@ final class MultiUserTests: MountedTestCase {
         inSharedDirectories(script, expected: "777 rewrite\n777 append\n777 truncate\n777 otrunc\n777 live\n6777 mapped\n")
     }
 
+    func testSetIDBitsSetWhileAnotherUserHasTheFileOpenGoAtTheirNextWrite() {
+        // The user opens and writes each file; root then makes it set-ID, and the user's next write
+        // through the same descriptor clears the bits: through a shadow, in place through
+        // passthrough, and appending. The daemon, not the kernel, clears them (it took that over).
+        let child = """
+        import os, sys
+        files = [os.open("rewrite", os.O_WRONLY), os.open("live", os.O_RDWR), os.open("append", os.O_WRONLY | os.O_APPEND)]
+        for f in files: os.write(f, b"b")
+        print("ready", flush=True); sys.stdin.readline()
+        for f in files: os.write(f, b"c")
+        for f in files: os.close(f)
+        """
+        let script = """
+        for how in rewrite live append; do echo a > $how && chmod 666 $how; done
+        /usr/bin/python3 -c '
+        import os, subprocess, sys
+        user = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert user.stdout.readline() == "ready\\n"
+        for how in ("rewrite", "live", "append"): os.chmod(how, 0o6777)
+        user.stdin.write("go\\n"); user.stdin.close(); user.wait()
+        ' \(asUser) /usr/bin/python3 -c '\(child)'
+        stat -c '%a %n' rewrite live append
+        """
+        inSharedDirectories(script, expected: "777 rewrite\n777 live\n777 append\n")
+    }
+
     func testAWriterOutsideTheFilesGroupClearsSetGroupIDEvenWithoutGroupExecute() {
         // The kernel's VFS rule (setattr_should_drop_sgid); its FUSE applies only the older one.
         let script = """
-        for how in rewrite truncate allocate; do echo a > $how && chmod 6666 $how; done
+        for how in rewrite live truncate allocate; do echo a > $how && chmod 6666 $how; done
         \(asUser) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
+        \(asUser) /usr/bin/python3 -c 'import os; f = os.open("live", os.O_RDWR); os.pwrite(f, b"b", 0); os.close(f)'
         \(asUser) sh -c 'truncate -s 1 truncate && fallocate -l 8192 allocate'
-        stat -c '%a %n' rewrite truncate allocate
+        stat -c '%a %n' rewrite live truncate allocate
         """
-        inSharedDirectories(script, expected: "666 rewrite\n666 truncate\n666 allocate\n")
+        inSharedDirectories(script, expected: "666 rewrite\n666 live\n666 truncate\n666 allocate\n")
     }
 
     /// Runs `script` in a plain directory that everyone may write (sticky, as /tmp), where it must
@@ -70,9 +97,10 @@ final class MultiUserTests: MountedTestCase {
     }
 
     func testWritingAnotherUsersFileWithACapabilityClearsIt() {
-        // Each write asks whether the file has a capability, and the daemon remembers for a moment that
-        // it had none; a capability set meanwhile is still cleared, as each way of writing shows
-        // (in place, through passthrough, a shadow, a large file's log).
+        // The kernel asks whether a file has a capability only until it finds one without (SB_NOSEC:
+        // the daemon clears set-ID bits itself); a capability set since is still cleared by the
+        // store's filesystem, as each way of writing shows (in place, through passthrough, a
+        // shadow, a large file's log).
         let script = """
         for how in rewrite live append large; do echo a > $how && chmod 666 $how; done
         truncate -s 65M large
