@@ -170,7 +170,6 @@ final class UnsyncedPublishes: @unchecked Sendable {
     }
 
     /// Makes every removal of a link so far durable. Returns 0 or the errno.
-    @discardableResult
     func settleAll() -> Int32 {
         let through = table.withLock { $0.removals }
         var error = renameCommits.beforeSync()
@@ -212,7 +211,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
         guard schedule else { return }
         queue.async {
             self.waiting.withLock { $0.settleScheduled = false }
-            self.settleAll()
+            // As a failed write: the removals stay unsettled (a sync of such a file syncs and
+            // reports), and closes wait for their data again.
+            if self.settleAll() != 0 { self.failed.store(true, ordering: .relaxed) }
         }
     }
 

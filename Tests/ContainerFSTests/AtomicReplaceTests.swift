@@ -318,6 +318,22 @@ extension AtomicReplaceTests {
         XCTAssertEqual(sh("stat -c %s Documents/second.txt"), "0\n")
     }
 
+    /// A rename or a link of a file whose publish waits for its data waits for it first; when the
+    /// data cannot be written (a disk failing), the rename and the link report it and change no
+    /// name, and the file keeps its place and content.
+    func testARenameOrLinkWhoseWaitForTheDataFailsIsReportedAndChangesNoName() throws {
+        sh("echo v1 > Documents/moved.txt && echo v1 > Documents/linked.txt")
+        // Each write of the data starts 1 s late, then fails: the close has published with a
+        // record by then, and the rename and the link, made at once, wait and hear.
+        try mounted.injecting("sync_file_range", "error=EIO:delay_enter=1000000") {
+            sh("echo v2 > Documents/moved.txt && echo v2 > Documents/linked.txt")
+            syscall("os.rename('Documents/moved.txt', 'Documents/renamed.txt')", errno: EIO)
+            syscall("os.link('Documents/linked.txt', 'Documents/link.txt')", errno: EIO)
+        }
+        XCTAssertEqual(sh("cat Documents/moved.txt Documents/linked.txt; ls Documents/renamed.txt Documents/link.txt 2>/dev/null; stat -c %h Documents/linked.txt"),
+                       "v2\nv2\n1\n")
+    }
+
     /// While a record of its publish waits for the data, a file shows one link, and is rewritten
     /// through a shadow, not in place as a hard-linked file would be.
     func testARecordIsNotALinkAnyoneMade() throws {
