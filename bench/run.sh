@@ -92,4 +92,4 @@ trap 'exit 143' TERM
 
 python3 "$bench/bench.py" --containerfs "$containerfs" --passthrough "$bench/build/passthrough_ll" \
   --passthrough-hp "$hp" --libfuse-version "$libfuse_version" \
-  --work "$work" --results "$bench/results" --command "bench/run.sh"
+  --work "$work" --results "${BENCH_RESULTS:-$bench/results}" --command "bench/run.sh"
