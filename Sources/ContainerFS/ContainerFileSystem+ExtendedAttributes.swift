@@ -1,5 +1,4 @@
 import CLinux
-import Dispatch
 import Containers
 import Coordination
 import FUSELowLevel
@@ -88,7 +87,6 @@ extension ContainerFileSystem {
             node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
         }
     }
-
 
     public func listxattr(_ request: FuseRequest, inode: InodeNumber, size: Int) {
         let node = nodes.node(inode)

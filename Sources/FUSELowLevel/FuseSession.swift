@@ -67,8 +67,9 @@ public final class FuseSession {
     /// write whether it must clear privileges (a GETXATTR of `security.capability`, and a SETATTR
     /// of the mode), and the daemon must clear them on writes, truncations and allocations by
     /// callers without CAP_FSETID. Files registered for passthrough are then registered with
-    /// credentials that hold no CAP_FSETID (`openBacking`), so that the backing filesystem clears
-    /// them on a write the daemon never sees. Call after `mount`, before `run`.
+    /// credentials that hold no CAP_FSETID and have the file's group (`openBacking`), so that the
+    /// backing filesystem clears them on a write the daemon never sees, as for an unprivileged
+    /// writer of that group. Call after `mount`, before `run`.
     public func takeOverSetIDClearing() {
         box.takeUnretainedValue().clearsSetID.store(true, ordering: .releasing)
     }
