@@ -7,19 +7,55 @@ enum ProcessState {
     private static let exiting: UInt64 = 0x4
 
     /// Whether `pid` is exiting because a signal killed it. Its descriptors are then closed by the
-    /// kernel, and a close of a file it was writing must not publish half of its writes.
+    /// kernel, and a close of a file it was writing must not publish half of its writes. Asked at
+    /// every close that would publish: the line is read and scanned in place.
     static func isDyingFromSignal(_ pid: pid_t) -> Bool {
-        guard let stat = contents(of: "stat", of: pid, upTo: 1024),
-              let nameEnd = stat.lastIndex(of: UInt8(ascii: ")")) else { return false }
-        // Fields from the third on (state is field 3): flags is field 9, exit_code field 52.
-        let fields = stat[(nameEnd + 2)...].split(separator: UInt8(ascii: " "))
-        func field(_ number: Int) -> UInt64? {
-            let index = number - 3
-            guard index < fields.count else { return nil }
-            return UInt64(String(decoding: fields[index].filter { $0 != UInt8(ascii: "\n") }, as: UTF8.self))
+        guard pid > 0 else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024) { buffer in
+            guard let base = buffer.baseAddress else { return false }
+            // "/proc/PID/stat", NUL-terminated, in the buffer the line is read into afterwards.
+            var length = 0
+            for byte in "/proc/".utf8 { base[length] = byte; length += 1 }
+            var digits = 1, rest = Int(pid)
+            while rest >= 10 { digits += 1; rest /= 10 }
+            rest = Int(pid)
+            for index in stride(from: length + digits - 1, through: length, by: -1) {
+                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            length += digits
+            for byte in "/stat".utf8 { base[length] = byte; length += 1 }
+            base[length] = 0
+            let descriptor = UnsafeMutableRawPointer(base).withMemoryRebound(to: CChar.self, capacity: length + 1) {
+                open($0, O_RDONLY | O_CLOEXEC)
+            }
+            guard descriptor >= 0 else { return false }
+            let count = read(descriptor, base, buffer.count)
+            close(descriptor)
+            guard count > 0 else { return false }
+            return dyingFromSignal(stat: UnsafeBufferPointer(start: base, count: count))
         }
-        guard let flags = field(9), flags & exiting != 0, let exitCode = field(52) else { return false }
-        return exitCode & 0x7f != 0
+    }
+
+    /// Whether a /proc/PID/stat line says PF_EXITING (field 9, flags) and a signal as the exit code
+    /// (field 52). The name (field 2) may hold spaces and parentheses: fields are counted from
+    /// the last `)`.
+    static func dyingFromSignal(stat line: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let nameEnd = line.lastIndex(of: UInt8(ascii: ")")) else { return false }
+        var field = 2
+        var value: UInt64 = 0
+        var flags: UInt64?
+        for byte in line[(nameEnd + 1)...] {
+            if byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\n") {
+                if field == 9 { flags = value }
+                if field == 52 { return (flags ?? 0) & exiting != 0 && value & 0x7f != 0 }
+                field += 1
+                value = 0
+            } else if byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") {
+                value = value &* 10 &+ UInt64(byte - UInt8(ascii: "0"))
+            }
+        }
+        return false
     }
 
     /// Whether the process making a request is in `group`: its filesystem group, or one of its
@@ -51,8 +87,7 @@ enum ProcessState {
 /// Which set-ID bits a change of a file's data drops, as the kernel's VFS decides
 /// (`should_remove_suid`, `setattr_should_drop_sgid`): set-user-ID always, set-group-ID when the
 /// file is group-executable or the writer is not in its group. Root keeps both (CAP_FSETID, told
-/// by uid). The kernel's FUSE still clears set-group-ID by the older rule alone (group-executable),
-/// so the daemon applies the rest (docs/conformance.md).
+/// by uid). The kernel leaves all of it to the daemon (docs/atomic-replace.md, "Set-ID bits").
 enum SetID {
     static func mode(_ mode: mode_t, group: gid_t, afterChangeBy caller: Caller) -> mode_t {
         guard caller.uid != 0, mode & (S_ISUID | S_ISGID) != 0 else { return mode }
