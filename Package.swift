@@ -26,7 +26,7 @@ let package = Package(
         // Linux calls that Swift's Glibc module leaves out.
         .target(name: "CLinux"),
         // A thin Swift layer over libfuse's low-level API. Knows nothing about containers.
-        .target(name: "FUSELowLevel", dependencies: ["CFuse"]),
+        .target(name: "FUSELowLevel", dependencies: ["CFuse", "CLinux"]),
         // Arbitration of coordinated reads and writes, presenters, the control protocol.
         .target(
             name: "Coordination",

@@ -54,9 +54,6 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in_buf, int fd, 
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <stdlib.h>
-#include <linux/capability.h>
-#include <sys/stat.h>
 
 struct cfuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define CFUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfuse_backing_map)
@@ -74,37 +71,6 @@ static inline int cfuse_backing_open(int device, int fd) {
     struct cfuse_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
     int id = ioctl(device, CFUSE_DEV_IOC_BACKING_OPEN, &map);
     return id < 0 ? -errno : id;
-}
-
-/// As `cfuse_backing_open`, registered without CAP_FSETID: the kernel reads and writes the backing
-/// file with the credentials of its registration, and a write clears set-user-ID, and set-group-ID
-/// where the group may execute or the writer is not of the file's group, unless they hold
-/// CAP_FSETID. The thread drops it from its effective set and takes the file's group as its
-/// filesystem group for the registration, then takes back what it had (credentials are the
-/// thread's own): a write through the backing file then clears what the kernel's FUSE cleared
-/// before the daemon took that over, set-group-ID only where the group may execute. Returns -errno
-/// if the credentials cannot be set.
-static inline int cfuse_backing_open_without_fsetid(int device, int fd) {
-    struct stat attributes;
-    if (fstat(fd, &attributes) != 0) return -errno;
-    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
-    struct __user_cap_data_struct held[2], lowered[2];
-    if (syscall(SYS_capget, &header, held) != 0) return -errno;
-    memcpy(lowered, held, sizeof lowered);
-    lowered[0].effective &= ~(1u << CAP_FSETID);
-    gid_t group = (gid_t)syscall(SYS_setfsgid, attributes.st_gid);
-    int result = -EPERM;
-    if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) == attributes.st_gid && syscall(SYS_capset, &header, lowered) == 0) {
-        result = cfuse_backing_open(device, fd);
-    }
-    // A thread left without them would go on serving requests with other credentials than it had.
-    syscall(SYS_setfsgid, group);
-    if (syscall(SYS_capset, &header, held) != 0 || (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != group) {
-        static const char message[] = "containerfs: cannot restore a thread's credentials after registering a backing file\n";
-        (void)!write(2, message, sizeof message - 1);
-        abort();
-    }
-    return result;
 }
 
 static inline int cfuse_backing_close(int device, int id) {

@@ -15,6 +15,10 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <stdlib.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include <linux/capability.h>
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
@@ -111,4 +115,42 @@ unsigned int clinux_crc32c(unsigned int crc, const void *data, size_t length) {
 #endif
     for (; length > 0; bytes++, length--) value = crc32c_table[(value ^ *bytes) & 0xFF] ^ (value >> 8);
     return ~value;
+}
+
+_Static_assert(sizeof(((struct clinux_credentials *)0)->capabilities) == 2 * sizeof(struct __user_cap_data_struct),
+               "two capability words of three fields");
+
+int clinux_write_as_group_without_fsetid(gid_t group, struct clinux_credentials *saved) {
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct held[2], lowered[2];
+    if (syscall(SYS_capget, &header, held) != 0) return -1;
+    memcpy(saved->capabilities, held, sizeof held);
+    // The raw calls change only this thread (glibc's setfsgid would too; setgroups would not).
+    saved->filesystem_group = (gid_t)syscall(SYS_setfsgid, group);
+    if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) != group) {
+        syscall(SYS_setfsgid, saved->filesystem_group);
+        errno = EPERM;
+        return -1;
+    }
+    memcpy(lowered, held, sizeof lowered);
+    lowered[0].effective &= ~(1u << CAP_FSETID);
+    if (syscall(SYS_capset, &header, lowered) != 0) {
+        int error = errno;
+        syscall(SYS_setfsgid, saved->filesystem_group);
+        errno = error;
+        return -1;
+    }
+    return 0;
+}
+
+void clinux_restore_credentials(const struct clinux_credentials *saved) {
+    struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct held[2];
+    memcpy(held, saved->capabilities, sizeof held);
+    syscall(SYS_setfsgid, saved->filesystem_group);
+    if (syscall(SYS_capset, &header, held) != 0 || (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != saved->filesystem_group) {
+        static const char message[] = "containerfs: cannot restore a thread's credentials\n";
+        (void)!write(2, message, sizeof message - 1);
+        abort();
+    }
 }

@@ -1,4 +1,5 @@
 import CFuse
+import CLinux
 import Glibc
 import Synchronization
 
@@ -132,10 +133,19 @@ public protocol BackingFileRegistry: AnyObject {
 }
 
 extension FuseSession: BackingFileRegistry {
+    /// When the daemon clears set-ID bits (`takeOverSetIDClearing`), registers with the credentials
+    /// of an unprivileged writer of the file's group: the kernel makes passthrough writes with the
+    /// credentials of the registration, and the backing filesystem then clears set-user-ID, and
+    /// set-group-ID where the group may execute, as it would for such a writer.
     public func openBacking(_ descriptor: Int32) -> Int32 {
-        box.takeUnretainedValue().clearsSetID.load(ordering: .relaxed)
-            ? cfuse_backing_open_without_fsetid(fuse_session_fd(session), descriptor)
-            : cfuse_backing_open(fuse_session_fd(session), descriptor)
+        let device = fuse_session_fd(session)
+        guard box.takeUnretainedValue().clearsSetID.load(ordering: .relaxed) else { return cfuse_backing_open(device, descriptor) }
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0 else { return -errno }
+        var saved = clinux_credentials()
+        guard clinux_write_as_group_without_fsetid(attributes.st_gid, &saved) == 0 else { return -errno }
+        defer { clinux_restore_credentials(&saved) }
+        return cfuse_backing_open(device, descriptor)
     }
     public func closeBacking(_ id: Int32) { _ = cfuse_backing_close(fuse_session_fd(session), id) }
 }
