@@ -125,7 +125,7 @@ int clinux_write_as_group_without_fsetid(gid_t group, struct clinux_credentials 
     struct __user_cap_data_struct held[2], lowered[2];
     if (syscall(SYS_capget, &header, held) != 0) return -1;
     memcpy(saved->capabilities, held, sizeof held);
-    // The raw calls change only this thread (glibc's setfsgid would too; setgroups would not).
+    // Filesystem group and capabilities are the thread's own: other threads keep theirs.
     saved->filesystem_group = (gid_t)syscall(SYS_setfsgid, group);
     if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) != group) {
         syscall(SYS_setfsgid, saved->filesystem_group);
