@@ -278,7 +278,8 @@ public enum Daemon {
 
     private static func passthroughRefusal(_ error: Int32) -> String {
         switch error {
-        case EPERM: return "registering a file for passthrough needs CAP_SYS_ADMIN: run the daemon as root"
+        case EPERM:
+            return "registering a file for passthrough needs CAP_SYS_ADMIN, and CAP_SETGID to register it as its group: run the daemon as root"
         case ELOOP: return "the store is on a stacked filesystem (overlayfs or another FUSE mount)"
         default: return "this kernel has no FUSE passthrough (it needs Linux 6.9 or later, with CONFIG_FUSE_PASSTHROUGH)"
         }

@@ -8,33 +8,9 @@ enum ProcessState {
 
     /// Whether `pid` is exiting because a signal killed it. Its descriptors are then closed by the
     /// kernel, and a close of a file it was writing must not publish half of its writes. Asked at
-    /// every close that would publish: the line is read and scanned in place.
+    /// every close that would publish: the line is scanned in place.
     static func isDyingFromSignal(_ pid: pid_t) -> Bool {
-        guard pid > 0 else { return false }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024) { buffer in
-            guard let base = buffer.baseAddress else { return false }
-            // "/proc/PID/stat", NUL-terminated, in the buffer the line is read into afterwards.
-            var length = 0
-            for byte in "/proc/".utf8 { base[length] = byte; length += 1 }
-            var digits = 1, rest = Int(pid)
-            while rest >= 10 { digits += 1; rest /= 10 }
-            rest = Int(pid)
-            for index in stride(from: length + digits - 1, through: length, by: -1) {
-                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            length += digits
-            for byte in "/stat".utf8 { base[length] = byte; length += 1 }
-            base[length] = 0
-            let descriptor = UnsafeMutableRawPointer(base).withMemoryRebound(to: CChar.self, capacity: length + 1) {
-                open($0, O_RDONLY | O_CLOEXEC)
-            }
-            guard descriptor >= 0 else { return false }
-            let count = read(descriptor, base, buffer.count)
-            close(descriptor)
-            guard count > 0 else { return false }
-            return dyingFromSignal(stat: UnsafeBufferPointer(start: base, count: count))
-        }
+        withContents(of: "stat", of: pid, upTo: 1024) { dyingFromSignal(stat: $0) } ?? false
     }
 
     /// Whether a /proc/PID/stat line says PF_EXITING (field 9, flags) and a signal as the exit code
@@ -62,25 +38,45 @@ enum ProcessState {
     /// supplementary groups (/proc/PID/status). False when that cannot be read.
     static func isMember(_ caller: Caller, of group: gid_t) -> Bool {
         if caller.gid == group { return true }
-        guard let status = contents(of: "status", of: caller.pid, upTo: 4096) else { return false }
-        for line in status.split(separator: UInt8(ascii: "\n")) where line.starts(with: Array("Groups:".utf8)) {
-            return line.dropFirst(7).split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
-                .contains { gid_t(String(decoding: $0, as: UTF8.self)) == group }
-        }
-        return false
+        return withContents(of: "status", of: caller.pid, upTo: 4096) { status in
+            for line in status.split(separator: UInt8(ascii: "\n")) where line.starts(with: "Groups:".utf8) {
+                return line.dropFirst(7).split(whereSeparator: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") })
+                    .contains { gid_t(String(decoding: $0, as: UTF8.self)) == group }
+            }
+            return false
+        } ?? false
     }
 
-    /// The first `capacity` bytes of /proc/PID/`file`, or nil when they cannot be read (the
-    /// process is gone).
-    private static func contents(of file: String, of pid: pid_t, upTo capacity: Int) -> ArraySlice<UInt8>? {
+    /// Hands `body` the first `capacity` bytes of /proc/PID/`file`, read into a buffer on the stack
+    /// (the path too: no String per request); nil when they cannot be read (the process is gone).
+    private static func withContents<Result>(of file: StaticString, of pid: pid_t, upTo capacity: Int,
+                                             _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result? {
         guard pid > 0 else { return nil }
-        var path = Array("/proc/\(pid)/\(file)".utf8CString)
-        let descriptor = open(&path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var buffer = [UInt8](repeating: 0, count: capacity)
-        let count = read(descriptor, &buffer, buffer.count)
-        return count > 0 ? buffer[0..<count] : nil
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(capacity, 64)) { buffer -> Result? in
+            guard let base = buffer.baseAddress else { return nil }
+            // "/proc/PID/FILE", NUL-terminated, where the contents go afterwards.
+            var length = 0
+            for byte in "/proc/".utf8 { base[length] = byte; length += 1 }
+            var digits = 1, rest = Int(pid)
+            while rest >= 10 { digits += 1; rest /= 10 }
+            rest = Int(pid)
+            for index in stride(from: length + digits - 1, through: length, by: -1) {
+                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+            length += digits
+            base[length] = UInt8(ascii: "/")
+            length += 1
+            for index in 0..<file.utf8CodeUnitCount { base[length] = file.utf8Start[index]; length += 1 }
+            base[length] = 0
+            let descriptor = UnsafeMutableRawPointer(base).withMemoryRebound(to: CChar.self, capacity: length + 1) {
+                open($0, O_RDONLY | O_CLOEXEC)
+            }
+            guard descriptor >= 0 else { return nil }
+            let count = read(descriptor, base, buffer.count)
+            close(descriptor)
+            return count > 0 ? body(UnsafeBufferPointer(start: base, count: count)) : nil
+        }
     }
 }
 
