@@ -87,9 +87,9 @@ extension ContainerFileSystem {
 
     public func fsyncdir(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
         let descriptor = dirfd(Handle.get(file, as: DirectoryStream.self).stream)
-        let error = shadows.renameCommits.beforeSync()
-        guard error == 0 else { return request.reply(error: error) }
-        request.reply(error: Backing.check(dataOnly ? fdatasync(descriptor) : Glibc.fsync(descriptor)))
+        request.reply(error: shadows.renameCommits.syncing {
+            Backing.check(dataOnly ? fdatasync(descriptor) : Glibc.fsync(descriptor))
+        })
     }
 
     public func statfs(_ request: FuseRequest, inode: InodeNumber) {

@@ -505,10 +505,11 @@ extension ContainerFileSystem {
         guard handle.writesThroughSession else {
             // A change in place made since a record of the file's last publish went: that
             // removal is made durable first, or a cut could bring the record back over the change.
-            var error = handle.node.isRegularFile ? shadows.unsynced.settle(Backing.key(of: handle.descriptor)) : 0
-            if error == 0 { error = shadows.renameCommits.beforeSync() }
+            let error = handle.node.isRegularFile ? shadows.unsynced.settle(Backing.key(of: handle.descriptor)) : 0
             guard error == 0 else { return request.reply(error: error) }
-            return request.reply(error: Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor)))
+            return request.reply(error: shadows.renameCommits.syncing {
+                Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor))
+            })
         }
         let (error, published) = publish(handle.node, durably: true)
         request.reply(error: error)

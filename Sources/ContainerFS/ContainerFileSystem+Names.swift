@@ -93,8 +93,9 @@ extension ContainerFileSystem {
                 errno = waited
                 return -1
             }
-            let result = node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
-            if result == 0 { self.shadows.renameCommits.renamed() }
+            let result = self.shadows.renameCommits.renaming {
+                node.withProcPath { linkat(AT_FDCWD, $0, parent.descriptor, name, AT_SYMLINK_FOLLOW) }
+            }
             // An unnamed file's node is not the one the answer names, so the kernel would keep
             // its count of links at 0.
             if result == 0 { self.kernel?.invalidateInode(self.nodes.inodeNumber(of: node), offset: -1, length: 0) }
@@ -174,7 +175,9 @@ extension ContainerFileSystem {
                        let place = versions.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) {
                         version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place) }
                     }
-                    return Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
+                    return self.shadows.renameCommits.renaming {
+                        Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
+                    }
                 }
             }
             if let version, let versions = self.shadows.versions {
@@ -182,7 +185,6 @@ extension ContainerFileSystem {
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }
-            self.shadows.renameCommits.renamed()
             // Before the answer, while the kernel keeps lookups of these names waiting.
             var changed = newOwned.withPointer { self.noteMoved(name: FileName($0), in: to, from: from, oldName: oldName.bytes) }
             if flags & RENAME_EXCHANGE != 0 {

@@ -172,8 +172,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Makes every removal of a link so far durable. Returns 0 or the errno.
     func settleAll() -> Int32 {
         let through = table.withLock { $0.removals }
-        var error = renameCommits.beforeSync()
-        if error == 0, fsync(directory) != 0 { error = errno }
+        let error = renameCommits.syncing { fsync(directory) == 0 ? 0 : errno }
         guard error == 0 else { return error }
         table.withLock { $0.settled(through: through) }
         return 0
@@ -224,9 +223,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     @discardableResult
     private func finish(_ publish: UnsyncedPublish) -> Int32 {
         let error = publish.finish { publish in
-            guard unlinkat(directory, publish.record, 0) == 0 else { return errno }
             // On btrfs the next sync must not log the removal before the data (`RenameCommits`).
-            renameCommits.renamed()
+            let removed = renameCommits.renaming { unlinkat(directory, publish.record, 0) == 0 ? 0 : errno }
+            guard removed == 0 else { return removed }
             table.withLock { $0.unlinked(publish.key) }
             if let previous = publish.previous {
                 if let versions, let place = publish.versionPlace {

@@ -366,11 +366,6 @@ final class Shadows: @unchecked Sendable {
         }
         guard session.dirty else { return 0 }
         session.dirty = false
-        // Every sync below could make an earlier rename durable without its file's data (btrfs).
-        if durably || session.log != nil {
-            let error = renameCommits.beforeSync()
-            if error != 0 { return error }
-        }
         if let log = session.log {
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
@@ -379,11 +374,21 @@ final class Shadows: @unchecked Sendable {
                 let leased = clinux_set_lease(log.original, 1) == 0
                 // Where leases are not to be had (turned off, or a file of another owner), the
                 // daemon's own count decides.
-                if leased || (errno != EAGAIN && errno != EBUSY) { return publishLog(session, leased: leased) }
+                if leased || (errno != EAGAIN && errno != EBUSY) {
+                    return renameCommits.syncing { publishLog(session, leased: leased) }
+                }
             }
             let error = convertLog(session, of: node)
             if error != 0 { return error }
         }
+        // A sync could make an earlier rename durable without its file's data, or one made
+        // meanwhile (btrfs: `RenameCommits`).
+        guard durably else { return place(session, of: node, in: nodes, durably: false) }
+        return renameCommits.syncing { place(session, of: node, in: nodes, durably: true) }
+    }
+
+    /// Puts a session's shadow in place (`publish`), with a sync of everything when `durably`.
+    private func place(_ session: WriteSession, of node: Node, in nodes: NodeTable, durably: Bool) -> Int32 {
         // A publish that is not synced still never leaves an empty or torn file to a power cut.
         // Small files are published at once, with a record of their size and checksum that a cut
         // leaves with them and that keeps their previous version until the background has written
@@ -413,7 +418,10 @@ final class Shadows: @unchecked Sendable {
                 session.shadowName = []
                 return 0
             }
-            guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
+            // Without the data, the mark's removal must not be logged by a sync meanwhile (btrfs).
+            let removed = durably ? unlinkat(directory, session.shadowName, 0)
+                : renameCommits.renaming { unlinkat(directory, session.shadowName, 0) }
+            guard removed == 0 || errno == ENOENT else { return errno }
             session.shadowName = []
             unsynced.unlinked(key)
             guard durably else { return 0 }
@@ -446,7 +454,9 @@ final class Shadows: @unchecked Sendable {
             }
         }
         let parent: Node, exchanged: Bool
-        switch moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records) {
+        let placement = durably ? moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records)
+            : renameCommits.renaming { moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records) }
+        switch placement {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
         case .gone:
             if records { dropRecord(record, of: key) }
@@ -455,7 +465,6 @@ final class Shadows: @unchecked Sendable {
             if records { dropRecord(record, of: key) }
             return error
         }
-        if !durably { renameCommits.renamed() }
         if records {
             // The shadow's name now leads to the previous version, kept until the data is written.
             unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName,

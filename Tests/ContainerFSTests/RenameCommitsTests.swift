@@ -1,10 +1,13 @@
 @testable import ContainerFS
+import Coordination
 import Dispatch
+import Foundation
 import Glibc
 import Synchronization
 import XCTest
 
-/// `RenameCommits` without a mount: when a sync first commits the filesystem (btrfs), and when not.
+/// `RenameCommits` without a mount: when a sync first commits the filesystem (btrfs), and when not,
+/// and that renames and syncs take turns (`Turns`).
 final class RenameCommitsTests: XCTestCase {
     private final class Commits: Sendable {
         let count = Atomic<Int>(0)
@@ -18,37 +21,37 @@ final class RenameCommitsTests: XCTestCase {
     func testASyncCommitsOnlyWhenRenamesWereMadeSinceTheLastCommit() {
         let commits = Commits()
         let renames = RenameCommits(needed: true) { commits.commit() }
-        XCTAssertEqual(renames.beforeSync(), 0)
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 0, "nothing renamed: nothing to commit")
-        renames.renamed()
-        renames.renamed()
-        XCTAssertEqual(renames.beforeSync(), 0)
+        renames.renaming { }
+        renames.renaming { }
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "one commit carries every rename so far")
-        XCTAssertEqual(renames.beforeSync(), 0)
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "the next sync has nothing new to commit")
-        renames.renamed()
-        XCTAssertEqual(renames.beforeSync(), 0)
+        renames.renaming { }
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 2)
     }
 
     func testAFailedCommitIsTheSyncsErrorAndIsTriedAgain() {
         let commits = Commits()
         let renames = RenameCommits(needed: true) { commits.commit() }
-        renames.renamed()
+        renames.renaming { }
         commits.failure.store(EIO, ordering: .relaxed)
-        XCTAssertEqual(renames.beforeSync(), EIO)
+        XCTAssertEqual(renames.syncing { 0 }, EIO)
         commits.failure.store(0, ordering: .relaxed)
-        XCTAssertEqual(renames.beforeSync(), 0)
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 2, "the renames are still uncommitted after a failure")
-        XCTAssertEqual(renames.beforeSync(), 0)
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 2)
     }
 
     func testWhereWrittenDataOrdersRenamesNothingIsCommitted() {
         let commits = Commits()
         let renames = RenameCommits(needed: false) { commits.commit() }
-        renames.renamed()
-        XCTAssertEqual(renames.beforeSync(), 0)
+        renames.renaming { }
+        XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 0)
     }
 
@@ -58,8 +61,110 @@ final class RenameCommitsTests: XCTestCase {
             usleep(2000)
             return commits.commit()
         }
-        renames.renamed()
-        DispatchQueue.concurrentPerform(iterations: 16) { _ in XCTAssertEqual(renames.beforeSync(), 0) }
+        renames.renaming { }
+        DispatchQueue.concurrentPerform(iterations: 16) { _ in XCTAssertEqual(renames.syncing { 0 }, 0) }
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "syncs that waited for a commit found their renames in it")
+    }
+
+    func testARenameMadeWhileASyncRunsWaitsForItAndIsCommittedByTheNextSync() {
+        let commits = Commits()
+        let renames = RenameCommits(needed: true) { commits.commit() }
+        let syncing = DispatchSemaphore(value: 0), finishSync = DispatchSemaphore(value: 0)
+        let renamed = Atomic<Bool>(false)
+        let done = DispatchGroup()
+        DispatchQueue.global().async(group: done) {
+            XCTAssertEqual(renames.syncing {
+                syncing.signal()
+                finishSync.wait()
+                return 0
+            }, 0)
+        }
+        syncing.wait()
+        DispatchQueue.global().async(group: done) {
+            renames.renaming { renamed.store(true, ordering: .relaxed) }
+        }
+        usleep(50_000)
+        XCTAssertFalse(renamed.load(ordering: .relaxed), "a rename while a sync runs could be logged by it without its data")
+        finishSync.signal()
+        done.wait()
+        XCTAssertTrue(renamed.load(ordering: .relaxed))
+        XCTAssertEqual(commits.count.load(ordering: .relaxed), 0, "nothing was renamed before the sync")
+        XCTAssertEqual(renames.syncing { 0 }, 0)
+        XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "the next sync commits the rename first")
+    }
+
+    func testASyncWaitsForARenameInProgressAndCommitsIt() {
+        let commits = Commits()
+        let renames = RenameCommits(needed: true) { commits.commit() }
+        let renaming = DispatchSemaphore(value: 0), finishRename = DispatchSemaphore(value: 0)
+        let synced = Atomic<Bool>(false)
+        let done = DispatchGroup()
+        DispatchQueue.global().async(group: done) {
+            renames.renaming {
+                renaming.signal()
+                finishRename.wait()
+            }
+        }
+        renaming.wait()
+        DispatchQueue.global().async(group: done) {
+            XCTAssertEqual(renames.syncing {
+                XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "the commit came first, after the rename")
+                synced.store(true, ordering: .relaxed)
+                return 0
+            }, 0)
+        }
+        usleep(50_000)
+        XCTAssertFalse(synced.load(ordering: .relaxed), "the rename was not counted yet: the sync would not commit it")
+        finishRename.signal()
+        done.wait()
+        XCTAssertTrue(synced.load(ordering: .relaxed))
+    }
+
+    func testRenamesAndSyncsTakeTurnsAndNeitherWaitsForever() {
+        let turns = Turns()
+        turns.enter(.renames)
+        let queued = DispatchGroup()
+        let entered = Locked<[Turns.Kind]>([])
+        func start(_ kind: Turns.Kind) {
+            let before = turns.queued.map(\.members).reduce(0, +)
+            queued.enter()
+            // A thread each: blocked callers would hold up the dispatch pool's.
+            Thread {
+                turns.enter(kind)
+                entered.withLock { $0.append(kind) }
+                turns.leave()
+                queued.leave()
+            }.start()
+            // Queued in this order.
+            for _ in 0..<10_000 where turns.queued.map(\.members).reduce(0, +) == before { usleep(1000) }
+        }
+        start(.syncs)
+        start(.renames)   // behind the sync, though renames run: they would keep it out forever
+        start(.syncs)     // a turn of its own: the renames queued between go first
+        XCTAssertEqual(turns.queued.map(\.kind), [.renames, .syncs, .renames, .syncs])
+        XCTAssertEqual(turns.queued.map(\.members), [1, 1, 1, 1])
+        start(.renames)
+        XCTAssertEqual(turns.queued.map(\.members), [1, 1, 1, 1, 1])
+        start(.renames)
+        XCTAssertEqual(turns.queued.map(\.members), [1, 1, 1, 1, 2], "a caller joins the last batch of its kind")
+        XCTAssertEqual(entered.withLock { $0 }, [], "nothing runs beside the running rename")
+        turns.leave()
+        queued.wait()
+        XCTAssertEqual(entered.withLock { $0 }, [.syncs, .renames, .syncs, .renames, .renames])
+        XCTAssertTrue(turns.queued.isEmpty)
+    }
+
+    func testSyncsShareATurn() {
+        let turns = Turns()
+        turns.enter(.syncs)
+        let other = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            turns.enter(.syncs)
+            other.signal()
+            turns.leave()
+        }
+        XCTAssertEqual(other.wait(timeout: .now() + 10), .success, "a second sync runs beside the first")
+        turns.leave()
+        XCTAssertTrue(turns.queued.isEmpty)
     }
 }
