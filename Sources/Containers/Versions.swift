@@ -182,6 +182,12 @@ public struct VersionRetention: Sendable {
         // Versions arrive in time order but for clocks and queues: insert from the end.
         var index = kept.endIndex
         while index > kept.startIndex, kept[index - 1].replacedAt > version.replacedAt { index -= 1 }
+        // Counted already: the first keep loads the store's versions, the one just kept among them.
+        var same = index
+        while same > kept.startIndex, kept[same - 1].replacedAt == version.replacedAt {
+            if kept[same - 1].path == version.path { return Removal() }
+            same -= 1
+        }
         kept.insert(version, at: index)
         countByDirectory[version.directory, default: 0] += 1
         totalBytes += version.allocatedBytes

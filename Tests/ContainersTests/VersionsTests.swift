@@ -28,6 +28,18 @@ final class VersionsTests: XCTestCase {
         XCTAssertEqual(single.freeSpace(needed: 1).emptiedDirectories, ["d"])
     }
 
+    func testTheVersionJustKeptIsCountedOnceWhenTheStoresVersionsAreLoadedWithIt() {
+        // The first keep of a mount loads the store's versions after linking the new one in.
+        var limits = VersionLimits()
+        limits.count = 1
+        var retention = VersionRetention(limits: limits, existing: [version("a", 10)])
+        XCTAssertEqual(retention.kept(version("a", 10), now: Date(timeIntervalSince1970: 11)).versions.map(\.name), [],
+                       "one version of a, within the limit of one")
+        XCTAssertEqual(retention.count, 1)
+        XCTAssertEqual(retention.kept(version("a", 12), now: Date(timeIntervalSince1970: 13)).versions.map(\.name),
+                       [version("a", 10).name])
+    }
+
     func testTheOldestGoWhenAllTogetherTakeTooMuchSpace() {
         var limits = VersionLimits()
         limits.space = 10_000
