@@ -45,6 +45,17 @@ int clinux_write_data_and_wait(int fd) {
 }
 void clinux_start_writing_data(int fd) { (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
 int clinux_set_lease(int fd, int exclusive) { return fcntl(fd, F_SETLEASE, exclusive ? F_WRLCK : F_UNLCK); }
+int clinux_inode_flags(int fd, unsigned int *flags, unsigned int *extended, unsigned int *project) {
+    int value = 0;
+    struct fsxattr attributes;
+    memset(&attributes, 0, sizeof attributes);
+    if (ioctl(fd, FS_IOC_GETFLAGS, &value) != 0 && errno != ENOTTY && errno != EOPNOTSUPP) return -1;
+    if (ioctl(fd, FS_IOC_FSGETXATTR, &attributes) != 0 && errno != ENOTTY && errno != EOPNOTSUPP) return -1;
+    *flags = (unsigned int)value;
+    *extended = attributes.fsx_xflags;
+    *project = attributes.fsx_projid;
+    return 0;
+}
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags) {
     return copy_file_range(fd_in, off_in, fd_out, off_out, length, flags);
 }

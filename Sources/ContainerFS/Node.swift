@@ -553,6 +553,12 @@ final class NodeTable: @unchecked Sendable {
         state.withLock { _ = $0.awaitingWriter.removeValue(forKey: key) }
     }
 
+    /// Whether a node serves the file at `key`, or keeps an inode number for it, or the kernel still
+    /// holds a node of it left to its readers.
+    func serves(_ key: BackingKey) -> Bool {
+        state.withLock { $0.nodes[key] != nil || $0.aliases[key] != nil || $0.detached[key] != nil }
+    }
+
     /// Whether the kernel still holds a detached node of the file (`detach`).
     func hasDetachedNodes(of key: BackingKey) -> Bool {
         state.withLock { $0.detached[key] != nil }

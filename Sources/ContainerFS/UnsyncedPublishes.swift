@@ -112,6 +112,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Larger files wait for their data at their close: their record would cost a read of all of it.
     static let largestRecorded: off_t = 1 << 20
 
+    /// Removes (or recycles: `Shadows.recycle`) a previous version no one keeps; set before use.
+    var removePrevious: @Sendable ([CChar]) -> Void = { _ in }
+
     init(directory: Int32, renameCommits: RenameCommits, versions: VersionKeeper?) {
         self.directory = directory
         self.renameCommits = renameCommits
@@ -231,7 +234,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
                 if let versions, let place = publish.versionPlace {
                     versions.keep(previous, in: directory, at: place)
                 } else {
-                    Shadows.removePrevious(previous, in: directory)
+                    removePrevious(previous)
                 }
             }
             return 0

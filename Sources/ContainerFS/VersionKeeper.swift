@@ -26,6 +26,9 @@ public final class VersionKeeper: @unchecked Sendable {
     /// Tells presenters of a version kept, by its name and the item's path; set before the
     /// session runs.
     var announce: @Sendable (String, ItemPath) -> Void = { _, _ in }
+    /// Takes a version the limits remove as a spare shadow (`Shadows.recycle`), or says no; set
+    /// before the session runs.
+    var recycle: @Sendable (String) -> Bool = { _ in false }
     /// Moves versions aside and removes what the limits no longer allow, off the requests' threads,
     /// one at a time (a directory is never removed while a version goes into it).
     private let queue = DispatchQueue(label: "containerfs.versions", qos: .utility)
@@ -167,7 +170,7 @@ public final class VersionKeeper: @unchecked Sendable {
 
     /// On `queue`. A version someone removed already (the shell, the client library) is gone either way.
     private func remove(_ removal: VersionRetention.Removal) {
-        for version in removal.versions { unlink(version.path) }
+        for version in removal.versions where !recycle(version.path) { unlink(version.path) }
         for directory in removal.emptiedDirectories {
             state.withLock { _ = $0.prepared.remove(directory) }
             VersionStore.removeDirectory(directory)

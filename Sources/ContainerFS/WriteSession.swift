@@ -76,6 +76,11 @@ final class Shadows: @unchecked Sendable {
         unlinkat(directory, name, 0)
     }
 
+    /// Removes a previous version no one keeps, or makes it a spare (`recycle`).
+    private func removePrevious(_ name: [CChar]) {
+        if !recycle(name, in: directory) { Shadows.removePrevious(name, in: directory) }
+    }
+
     /// Where previous versions go instead of being removed; nil keeps none.
     let versions: VersionKeeper?
 
@@ -117,6 +122,7 @@ final class Shadows: @unchecked Sendable {
                                       needed: !Backing.writtenDataOrdersRenames(onFileSystemOf: directory))
         unsynced = UnsyncedPublishes(directory: directory, renameCommits: renameCommits, versions: versions)
         canExchange = Shadows.canExchange(in: directory)
+        unsynced.removePrevious = { [weak self] name in self?.removePrevious(name) }
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -184,7 +190,64 @@ final class Shadows: @unchecked Sendable {
     private func createShadow() -> (descriptor: Int32, name: [CChar])? {
         var name = nextName("shadow-")
         let shadow = openat(directory, &name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        return shadow >= 0 ? (shadow, name) : nil
+        guard shadow >= 0 else { return nil }
+        if newFileFlags.withLock({ $0 == nil }), let flags = InodeFlags(of: shadow) {
+            newFileFlags.withLock { $0 = flags }
+        }
+        return (shadow, name)
+    }
+
+    /// The inode flags and project of a file made in the shadow directory: a recycled file must
+    /// have them too.
+    private let newFileFlags = Locked<InodeFlags?>(nil)
+
+    /// Whether the daemon still serves `key`'s file (a node, a node left to its readers, an inode
+    /// number kept for it): set when the node table exists.
+    var inUse: @Sendable (BackingKey) -> Bool = { _ in true }
+
+    /// Makes `name` in `directory`, a file the daemon would now remove (a previous version, or a
+    /// version the limits let go: docs/versions.md), a spare, emptied, unless the pool is full: the
+    /// next shadow or new file then reuses its inode. Freeing an inode and allocating another was
+    /// the dearest part of a rewrite on ext4 without a journal (each allocation scans the inodes
+    /// freed in the last 30 seconds). False when the file may not be reused: the caller removes it.
+    ///
+    /// Nobody may have it open or reach it: a write lease (refused while any other descriptor is
+    /// open on it, a mapping's included) holds back opens until it is in the shadow directory, the
+    /// daemon serves no node of it, and it has one link. Nothing of its file may carry over to
+    /// another: it has no extended attributes (ACLs, capabilities, labels), and the flags and project
+    /// of a new file; its owner and mode become a new spare's.
+    func recycle(_ name: UnsafePointer<CChar>, in directory: Int32) -> Bool {
+        // Up to twice the spares made ahead: a version is reused whenever the pool is not full of them.
+        guard spares.withLock({ $0.count }) < 2 * Shadows.sparesKept, let newFileFlags = newFileFlags.withLock({ $0 }) else {
+            return false
+        }
+        let file = openat(directory, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard file >= 0 else { return false }
+        var attributes = stat()
+        guard fstat(file, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFREG, attributes.st_nlink == 1,
+              !inUse(BackingKey(attributes)), clinux_flistxattr(file, nil, 0) == 0,
+              InodeFlags(of: file) == newFileFlags, clinux_set_lease(file, 1) == 0 else {
+            close(file)
+            return false
+        }
+        let spareName = nextName("shadow-")
+        let moved = clinux_renameat2(directory, name, self.directory, spareName, UInt32(RENAME_NOREPLACE)) == 0
+        // Out of reach now (the shadow directory is the daemon's): opens held back by the lease go on,
+        // and find no file by that name.
+        let released = clinux_set_lease(file, 0) == 0
+        guard moved else {
+            close(file)
+            return false
+        }
+        guard released, ftruncate(file, 0) == 0, fchown(file, Shadows.daemonUser, Shadows.daemonGroup) == 0,
+              fchmod(file, 0o600) == 0 else {
+            // Not a spare: removed, as the file would have been.
+            close(file)
+            unlinkat(self.directory, spareName, 0)
+            return true
+        }
+        spares.withLock { $0.append((file, spareName)) }
+        return true
     }
 
     private func makeSpares() {
@@ -292,16 +355,18 @@ final class Shadows: @unchecked Sendable {
                     if error != 0 { return error }
                 }
             }
-            if fchmod(shadow, attributes.st_mode & 0o7777) != 0 { return errno }
-            // The shadow is the daemon's; as root, it takes the file's owner.
+            // The shadow is the daemon's; as root, it takes the file's owner. Before the mode: a
+            // chown clears set-user-ID and set-group-ID, root's too.
             if Shadows.daemonIsRoot, attributes.st_uid != 0 || attributes.st_gid != Shadows.daemonGroup,
                fchown(shadow, attributes.st_uid, attributes.st_gid) != 0 { return errno }
+            if fchmod(shadow, attributes.st_mode & 0o7777) != 0 { return errno }
             return Backing.withProcPath(descriptor) { copyExtendedAttributes(from: $0, to: shadow) }
         }
         return (error < 0 ? errno : error, logged)
     }
 
     private static let daemonIsRoot = geteuid() == 0
+    private static let daemonUser = geteuid()
     private static let daemonGroup = getegid()
 
     /// Copies the data of a file of `size` bytes, extent by extent, so that its holes stay holes
@@ -476,7 +541,7 @@ final class Shadows: @unchecked Sendable {
             if let versions, let place = versions.place(of: node, in: nodes) {
                 versions.keep(name, in: directory, at: place)
             } else {
-                remover.async { [directory] in Shadows.removePrevious(name, in: directory) }
+                remover.async { self.removePrevious(name) }
             }
         }
         session.shadowName = []
@@ -687,5 +752,18 @@ final class Shadows: @unchecked Sendable {
     func fail(_ session: WriteSession, with error: Int32) {
         session.failure = error
         session.dirty = false
+    }
+}
+
+/// An inode's flags, extended flags and project (`clinux_inode_flags`).
+struct InodeFlags: Equatable {
+    let flags: UInt32
+    let extended: UInt32
+    let project: UInt32
+
+    init?(of file: Int32) {
+        var flags: UInt32 = 0, extended: UInt32 = 0, project: UInt32 = 0
+        guard clinux_inode_flags(file, &flags, &extended, &project) == 0 else { return nil }
+        (self.flags, self.extended, self.project) = (flags, extended, project)
     }
 }

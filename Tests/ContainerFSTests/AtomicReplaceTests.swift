@@ -163,7 +163,8 @@ final class AtomicReplaceTests: MountedTestCase {
             usleep(50_000)
         } while Date() < deadline
         XCTAssertEqual(holding, [], "only empty spares are left")
-        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: directory).count, 4)
+        // Four spares made ahead, up to eight with removed versions reused.
+        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: directory).count, 8)
         XCTAssertEqual(sh("stat -c %s Documents/versions"), "100000\n")
     }
 

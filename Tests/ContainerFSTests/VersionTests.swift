@@ -98,6 +98,69 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
     }
 
+    /// The store paths of the file's versions, oldest first.
+    private func versionPaths(_ file: String) -> [String] {
+        Shell.run("\(binary) versions \(Shell.quote(file))").output.split(separator: "\n").map { String($0.split(separator: "\t").last ?? "") }
+    }
+
+    private func inode(_ path: String) -> UInt64? {
+        var attributes = stat()
+        return lstat(path, &attributes) == 0 ? UInt64(attributes.st_ino) : nil
+    }
+
+    func testAVersionTheLimitsRemoveIsReusedOnlyWhereNothingOfItCanShow() throws {
+        // The inode of a version the limits remove becomes the next spare shadow (`Shadows.recycle`).
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        let documents = home + "/Documents"
+
+        // A version someone has open keeps what they read: it is not reused.
+        sh("echo kept-open > Documents/held.txt; echo second > Documents/held.txt")
+        waitForVersions(documents + "/held.txt", count: 1)
+        let heldPath = try XCTUnwrap(versionPaths(documents + "/held.txt").first)
+        let held = try XCTUnwrap(FileHandle(forReadingAtPath: heldPath))
+        defer { try? held.close() }
+        let heldInode = inode(heldPath)
+        sh("for n in 3 4 5 6 7 8; do echo $n > Documents/held.txt; touch Documents/new-held-$n; done")
+        usleep(300_000)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: heldPath), "the limits removed it")
+        XCTAssertEqual(String(decoding: try held.readToEnd() ?? Data(), as: UTF8.self), "kept-open\n")
+        XCTAssertEqual(sh("cat Documents/held.txt"), "8\n")
+
+        // Root's rewrite of another user's set-user-ID file keeps owner and mode, as on a local disk
+        // (the shadow took the owner after the mode, and the chown cleared the bit).
+        everywhere("echo a > f; chown 4242:4242 f; chmod 4755 f; echo b > f; stat -c '%u:%g %a' f", expected: "4242:4242 4755\n")
+
+        // Versions of another owner, with another mode, are reused, as the daemon's own spares: a
+        // file made or rewritten after is the maker's, with the mode asked for.
+        sh("echo a > Documents/theirs.txt; chown 4242:4242 Documents/theirs.txt; chmod 4755 Documents/theirs.txt")
+        var removed = Set<UInt64>()
+        for round in 0..<8 {
+            removed.formUnion(versionPaths(documents + "/theirs.txt").compactMap(inode))
+            sh("echo \(round) > Documents/theirs.txt")
+            usleep(50_000)
+        }
+        removed.formUnion(versionPaths(documents + "/theirs.txt").compactMap(inode))
+        var reused = 0
+        for round in 0..<8 {
+            sh("umask 022; echo \(round) > Documents/mine-\(round).txt; echo again > Documents/rewritten.txt; echo more > Documents/rewritten.txt")
+            XCTAssertEqual(sh("stat -c '%u:%g %a' Documents/mine-\(round).txt Documents/rewritten.txt"), "0:0 644\n0:0 644\n")
+            // The store's inodes: the mount shows another number for one it still shows for another file.
+            let made = Shell.run("stat -c %i \(Shell.quote(mounted.store.root))/containers/*/Documents/{mine-\(round),rewritten}.txt")
+            reused += made.output.split(separator: "\n").filter { UInt64($0).map(removed.contains) ?? false }.count
+        }
+        XCTAssertGreaterThan(reused, 0, "the removed versions' inodes came back as new files and versions")
+        XCTAssertEqual(sh("stat -c '%u:%g %a' Documents/theirs.txt; cat Documents/theirs.txt"), "4242:4242 4755\n7\n")
+
+        // A version with extended attributes is not reused: they would show on another file.
+        sh("echo a > Documents/tagged.txt; setfattr -n user.tag -v secret Documents/tagged.txt")
+        sh("for n in 1 2 3 4 5 6; do echo $n > Documents/tagged.txt; echo $n > Documents/plain.txt; echo $n > Documents/new-$n.txt; done")
+        usleep(300_000)
+        sh("for n in 1 2 3 4 5 6; do echo $n > Documents/plain.txt; echo $n > Documents/later-$n.txt; done")
+        XCTAssertEqual(sh("getfattr --absolute-names -d -m - Documents/plain.txt Documents/new-*.txt Documents/later-*.txt"), "")
+        XCTAssertEqual(sh("getfattr --absolute-names --only-values -n user.tag Documents/tagged.txt"), "secret")
+    }
+
     func testAVersionIsKeptAfterTheLastOneWasRemoved() {
         // Removing a file's last version removes its versions directory, which the mount made and
         // remembers: the next version makes it again.

@@ -36,6 +36,9 @@ ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_
 int clinux_ficlone(int destination, int source);
 /// Takes (`exclusive`: a write lease) or drops (0) a lease on `fd` (F_SETLEASE). 0, or -1 with errno.
 int clinux_set_lease(int fd, int exclusive);
+/// What of an inode's own attributes no stat shows: its flags (FS_IOC_GETFLAGS), extended flags and
+/// project (FS_IOC_FSGETXATTR), each 0 where the filesystem has none. 0, or -1 with errno.
+int clinux_inode_flags(int fd, unsigned int *flags, unsigned int *extended, unsigned int *project);
 /// The parent of the user namespace open as `fd` (NS_GET_PARENT), or -1 with errno (EPERM above the caller's own).
 int clinux_ns_parent(int fd);
 int clinux_syncfs(int fd);
