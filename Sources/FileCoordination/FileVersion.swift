@@ -1,4 +1,5 @@
 import Containers
+import Coordination
 import Foundation
 import Glibc
 
@@ -140,9 +141,21 @@ public final class FileVersion: @unchecked Sendable, Equatable, CustomStringConv
 
     /// The directory the mount names for the item's versions, if it keeps them and it is reachable.
     public static func versionsDirectory(of url: URL) -> String? {
+        let now = DispatchTime.now().uptimeNanoseconds
+        if let known = knownDirectories.withLock({ $0[url.path] }), known.until > now { return known.directory }
         guard case .value(let bytes) = MountLocator.getxattrReader(url.path, versionsAttribute), !bytes.isEmpty else { return nil }
-        return String(decoding: bytes, as: UTF8.self)
+        let directory = String(decoding: bytes, as: UTF8.self)
+        knownDirectories.withLock { known in
+            if known.count >= 1024 { known.removeAll() }
+            known[url.path] = (directory, now + 1_000_000_000)
+        }
+        return directory
     }
+
+    /// Versions directories the mounts named in the last second, by item path: a presenter hears
+    /// of each version kept, and each answer was a request to the daemon. (A path's directory does
+    /// not change while its mount runs.)
+    private static let knownDirectories = Locked<[String: (directory: String, until: UInt64)]>([:])
 
     private static func error(_ code: Int32, _ url: URL) -> Error {
         CocoaError(code == ENOENT ? .fileNoSuchFile : code == EACCES || code == EPERM ? .fileWriteNoPermission : .fileWriteUnknown,
