@@ -231,7 +231,12 @@ final class Shadows: @unchecked Sendable {
             return false
         }
         let spareName = nextName("shadow-")
-        let moved = clinux_renameat2(directory, name, self.directory, spareName, UInt32(RENAME_NOREPLACE)) == 0
+        // Linked, then unlinked: a rename between two directories would contend with every publish's.
+        var moved = linkat(directory, name, self.directory, spareName, 0) == 0
+        if moved, unlinkat(directory, name, 0) != 0 {
+            unlinkat(self.directory, spareName, 0)
+            moved = false
+        }
         // Out of reach now (the shadow directory is the daemon's): opens held back by the lease go on,
         // and find no file by that name.
         let released = clinux_set_lease(file, 0) == 0
