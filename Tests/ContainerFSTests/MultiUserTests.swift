@@ -97,6 +97,20 @@ final class MultiUserTests: MountedTestCase {
         inSharedDirectories(script, expected: "2664 rewrite\n2664 live\n")
     }
 
+    func testAWriterInTheFilesGroupThroughASupplementaryGroupKeepsSetGroupIDWithoutGroupExecute() {
+        // The daemon reads the writer's groups from /proc/PID/status (`ProcessState.isMember`):
+        // here the file's group is neither the writer's own nor its owner's.
+        let member = "setpriv --reuid=4242 --regid=4242 --groups=4321"
+        let script = """
+        for how in rewrite live; do echo a > $how && chown 4243:4321 $how && chmod 2664 $how; done
+        \(member) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY); os.write(f, b"b"); os.close(f)'
+        \(member) /usr/bin/python3 -c 'import os; f = os.open("live", os.O_RDWR); os.pwrite(f, b"b", 0); os.close(f)'
+        \(member) /usr/bin/python3 -c 'import os; f = os.open("rewrite", os.O_WRONLY | os.O_TRUNC); os.write(f, b"c"); os.close(f)'
+        stat -c '%a %u:%g %n' rewrite live; cat rewrite
+        """
+        inSharedDirectories(script, expected: "2664 4243:4321 rewrite\n2664 4243:4321 live\nc")
+    }
+
     /// Runs `script` in a plain directory that everyone may write (sticky, as /tmp), where it must
     /// print `expected`, then in Documents, where it must print the same.
     private func inSharedDirectories(_ script: String, expected: String, line: UInt = #line) {
