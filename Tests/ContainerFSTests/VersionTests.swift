@@ -10,12 +10,14 @@ final class VersionTests: MountedTestCase {
 
     /// The contents of the file's versions, oldest first, as `containerfs versions` lists them.
     private func versions(_ file: String, line: UInt = #line) -> [String] {
+        versionPaths(file, line: line).map { path in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "unreadable \(path)" }
+    }
+
+    /// The store paths of the file's versions, oldest first.
+    private func versionPaths(_ file: String, line: UInt = #line) -> [String] {
         let listed = Shell.run("\(binary) versions \(Shell.quote(file))")
         XCTAssertEqual(listed.status, 0, listed.error, line: line)
-        return listed.output.split(separator: "\n").map { entry in
-            let path = String(entry.split(separator: "\t").last ?? "")
-            return (try? String(contentsOfFile: path, encoding: .utf8)) ?? "unreadable \(path)"
-        }
+        return listed.output.split(separator: "\n").map { String($0.split(separator: "\t").last ?? "") }
     }
 
     private func identifiers(_ file: String) -> [String] {
@@ -96,11 +98,6 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(listed.error.contains("no versions are kept for it"), listed.error)
         let bad = Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) /nonexistent -o versions=-1")
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
-    }
-
-    /// The store paths of the file's versions, oldest first.
-    private func versionPaths(_ file: String) -> [String] {
-        Shell.run("\(binary) versions \(Shell.quote(file))").output.split(separator: "\n").map { String($0.split(separator: "\t").last ?? "") }
     }
 
     private func inode(_ path: String) -> UInt64? {
