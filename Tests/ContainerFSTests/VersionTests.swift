@@ -158,6 +158,24 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(sh("getfattr --absolute-names --only-values -n user.tag Documents/tagged.txt"), "secret")
     }
 
+    func testAVersionThatCannotBeEmptiedIsRemovedNotReused() throws {
+        // A reused version must be empty before it is a spare: a new file would show its data.
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        try mounted.failing("ftruncate", with: "EIO") {
+            sh("for n in 1 2 3 4 5 6; do echo secret-$n > Documents/kept.txt; done")
+            usleep(300_000)
+        }
+        XCTAssertEqual(sh("cat Documents/kept.txt"), "secret-6\n")
+        let shadows = mounted.store.workPath + "/shadows/\(try XCTUnwrap(mounted.daemonPID))"
+        let sizes = Shell.run("stat -c %s \(Shell.quote(shadows))/shadow-*").output.split(separator: "\n")
+        XCTAssertEqual(Set(sizes), ["0"], "only empty spares")
+        sh("for n in 1 2 3 4 5 6 7 8 9; do touch Documents/new-$n; echo x > Documents/rewritten.txt; done")
+        // Read in the store: the kernel would trust the sizes the daemon gave at creation.
+        let documents = Shell.quote(mounted.store.root) + "/containers/*/Documents"
+        XCTAssertEqual(Shell.run("cat \(documents)/new-* \(documents)/rewritten.txt").output, "x\n")
+    }
+
     func testAVersionIsKeptAfterTheLastOneWasRemoved() {
         // Removing a file's last version removes its versions directory, which the mount made and
         // remembers: the next version makes it again.
