@@ -77,7 +77,7 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// Removes a previous version no one keeps, or makes it a spare (`recycle`).
-    private func removePrevious(_ name: [CChar]) {
+    private func removeOrReuse(_ name: [CChar]) {
         if !recycle(name, in: directory) { Shadows.removePrevious(name, in: directory) }
     }
 
@@ -122,7 +122,7 @@ final class Shadows: @unchecked Sendable {
                                       needed: !Backing.writtenDataOrdersRenames(onFileSystemOf: directory))
         unsynced = UnsyncedPublishes(directory: directory, renameCommits: renameCommits, versions: versions)
         canExchange = Shadows.canExchange(in: directory)
-        unsynced.removePrevious = { [weak self] name in self?.removePrevious(name) }
+        unsynced.removePrevious = { [weak self] name in self?.removeOrReuse(name) }
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
         signal(SIGIO, SIG_IGN)
@@ -191,9 +191,7 @@ final class Shadows: @unchecked Sendable {
         var name = nextName("shadow-")
         let shadow = openat(directory, &name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard shadow >= 0 else { return nil }
-        if newFileFlags.withLock({ $0 == nil }), let flags = InodeFlags(of: shadow) {
-            newFileFlags.withLock { $0 = flags }
-        }
+        newFileFlags.withLock { if $0 == nil { $0 = InodeFlags(of: shadow) } }
         return (shadow, name)
     }
 
@@ -546,7 +544,7 @@ final class Shadows: @unchecked Sendable {
             if let versions, let place = versions.place(of: node, in: nodes) {
                 versions.keep(name, in: directory, at: place)
             } else {
-                remover.async { self.removePrevious(name) }
+                remover.async { self.removeOrReuse(name) }
             }
         }
         session.shadowName = []

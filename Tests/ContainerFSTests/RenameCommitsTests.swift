@@ -66,28 +66,43 @@ final class RenameCommitsTests: XCTestCase {
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "syncs that waited for a commit found their renames in it")
     }
 
+    /// Runs `held` on a thread of its own, which calls the closure it is given once inside its
+    /// turn and stays there until released; meanwhile `other` on another thread. Whether `other`
+    /// had finished before the release (it must not), and whether it finished after.
+    private func whileInside(_ held: @escaping @Sendable (_ inside: () -> Void) -> Void,
+                             run other: @escaping @Sendable () -> Void) -> (during: Bool, after: Bool) {
+        let entered = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let finished = Atomic<Bool>(false)
+        let done = DispatchGroup()
+        DispatchQueue.global().async(group: done) {
+            held {
+                entered.signal()
+                release.wait()
+            }
+        }
+        entered.wait()
+        DispatchQueue.global().async(group: done) {
+            other()
+            finished.store(true, ordering: .relaxed)
+        }
+        usleep(50_000)
+        let during = finished.load(ordering: .relaxed)
+        release.signal()
+        done.wait()
+        return (during, finished.load(ordering: .relaxed))
+    }
+
     func testARenameMadeWhileASyncRunsWaitsForItAndIsCommittedByTheNextSync() {
         let commits = Commits()
         let renames = RenameCommits(needed: true) { commits.commit() }
-        let syncing = DispatchSemaphore(value: 0), finishSync = DispatchSemaphore(value: 0)
-        let renamed = Atomic<Bool>(false)
-        let done = DispatchGroup()
-        DispatchQueue.global().async(group: done) {
+        let renamed = whileInside({ inside in
             XCTAssertEqual(renames.syncing {
-                syncing.signal()
-                finishSync.wait()
+                inside()
                 return 0
             }, 0)
-        }
-        syncing.wait()
-        DispatchQueue.global().async(group: done) {
-            renames.renaming { renamed.store(true, ordering: .relaxed) }
-        }
-        usleep(50_000)
-        XCTAssertFalse(renamed.load(ordering: .relaxed), "a rename while a sync runs could be logged by it without its data")
-        finishSync.signal()
-        done.wait()
-        XCTAssertTrue(renamed.load(ordering: .relaxed))
+        }, run: { renames.renaming { } })
+        XCTAssertFalse(renamed.during, "a rename while a sync runs could be logged by it without its data")
+        XCTAssertTrue(renamed.after)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 0, "nothing was renamed before the sync")
         XCTAssertEqual(renames.syncing { 0 }, 0)
         XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "the next sync commits the rename first")
@@ -96,28 +111,14 @@ final class RenameCommitsTests: XCTestCase {
     func testASyncWaitsForARenameInProgressAndCommitsIt() {
         let commits = Commits()
         let renames = RenameCommits(needed: true) { commits.commit() }
-        let renaming = DispatchSemaphore(value: 0), finishRename = DispatchSemaphore(value: 0)
-        let synced = Atomic<Bool>(false)
-        let done = DispatchGroup()
-        DispatchQueue.global().async(group: done) {
-            renames.renaming {
-                renaming.signal()
-                finishRename.wait()
-            }
-        }
-        renaming.wait()
-        DispatchQueue.global().async(group: done) {
+        let synced = whileInside({ inside in renames.renaming { inside() } }, run: {
             XCTAssertEqual(renames.syncing {
                 XCTAssertEqual(commits.count.load(ordering: .relaxed), 1, "the commit came first, after the rename")
-                synced.store(true, ordering: .relaxed)
                 return 0
             }, 0)
-        }
-        usleep(50_000)
-        XCTAssertFalse(synced.load(ordering: .relaxed), "the rename was not counted yet: the sync would not commit it")
-        finishRename.signal()
-        done.wait()
-        XCTAssertTrue(synced.load(ordering: .relaxed))
+        })
+        XCTAssertFalse(synced.during, "the rename was not counted yet: the sync would not commit it")
+        XCTAssertTrue(synced.after)
     }
 
     func testRenamesAndSyncsTakeTurnsAndNeitherWaitsForever() {
