@@ -1,6 +1,8 @@
 import CLinux
+import Dispatch
 import FUSELowLevel
 import Glibc
+import Synchronization
 
 /// Small helpers for system calls on backing files: no Foundation, no String per request.
 enum Backing {
@@ -70,14 +72,43 @@ enum Backing {
         }
     }
 
+    /// A descriptor that can sync the directory behind `descriptor` (which may be `O_PATH`), or -1.
+    static func openDirectory(_ descriptor: Int32) -> Int32 {
+        openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    }
+
     /// Makes a directory's entries durable: `fsync` on the directory behind `descriptor`, which may
     /// be an `O_PATH` descriptor (on which `fsync` itself fails with EBADF). Returns 0 or the errno.
     static func syncDirectory(_ descriptor: Int32) -> Int32 {
-        let directory = openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let directory = openDirectory(descriptor)
         guard directory >= 0 else { return errno }
         defer { close(directory) }
         return fsync(directory) == 0 ? 0 : errno
     }
+
+    /// Syncs (`fsync`) every one of `descriptors` at once: the calling thread the first, threads of
+    /// `syncers` the others. A disk flushes the cache once for syncs that wait together, where syncs
+    /// one after another flush it each. Returns each one's 0 or errno, in order.
+    static func syncTogether(_ descriptors: [Int32]) -> [Int32] {
+        let results = Mutex([Int32](repeating: 0, count: descriptors.count))
+        let group = DispatchGroup()
+        for index in descriptors.indices.dropFirst() {
+            let descriptor = descriptors[index]
+            syncers.async(group: group) {
+                let error: Int32 = fsync(descriptor) == 0 ? 0 : errno
+                results.withLock { $0[index] = error }
+            }
+        }
+        if let first = descriptors.first {
+            let error: Int32 = fsync(first) == 0 ? 0 : errno
+            results.withLock { $0[0] = error }
+        }
+        group.wait()
+        return results.withLock { $0 }
+    }
+
+    /// Concurrent: a sync waits for the disk, and each must start at once.
+    private static let syncers = DispatchQueue(label: "containerfs.syncers", attributes: .concurrent)
 
     /// Whether a file's fsync on the filesystem of `descriptor` also makes durable every earlier
     /// change of names that touched the file (links made to it, links removed): true of XFS and of

@@ -467,7 +467,10 @@ final class Shadows: @unchecked Sendable {
         var attributes = stat()
         guard fstat(session.shadow, &attributes) == 0 else { return errno }
         let key = BackingKey(attributes)
-        let records = !durably && recordsPublishes && (session.fresh || canExchange) && unsynced.mayRecord(size: attributes.st_size)
+        // A new file's fsync where the file's sync carries none of its names (ext4 without a journal)
+        // has a record too: the file and the two directories then need no order (`syncFresh`).
+        let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size)
+            && (durably ? session.fresh && !fileSyncCarriesNames : session.fresh || canExchange)
         var record: [CChar] = []
         if records {
             let (made, error) = PublishRecord.of(session.shadow, size: UInt64(attributes.st_size))
@@ -481,10 +484,11 @@ final class Shadows: @unchecked Sendable {
             // would make the next mount empty the file; a record, unless the file reads as it says.
             if records {
                 guard renameat(directory, session.shadowName, directory, record) == 0 else { return errno }
+                let error = durably ? syncFresh(session.shadow, of: node, in: nodes) : 0
                 unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: nil, versionPlace: nil))
                 session.shadow = -1
                 session.shadowName = []
-                return 0
+                return error
             }
             // Without the data, the mark's removal must not be logged by a sync meanwhile (btrfs).
             let removed = durably ? unlinkat(directory, session.shadowName, 0)
@@ -550,6 +554,25 @@ final class Shadows: @unchecked Sendable {
         session.shadowName = []
         // The rename is durable once the directory is: fsync promised the file's new content.
         return durably ? Backing.syncDirectory(parent.descriptor) : 0
+    }
+
+    /// A new file's fsync after its mark became a record: the file, the record's directory and the
+    /// name's are synced together (one cache flush where three in a row cost three). A cut meanwhile
+    /// leaves the file whole, or empty where its data did not reach the disk with the record, as
+    /// the next mount checks it against the record. Returns 0 or the errno.
+    private func syncFresh(_ file: Int32, of node: Node, in nodes: NodeTable) -> Int32 {
+        var descriptors = [file, directory]
+        if let place = nodes.place(of: node) {
+            let parent = Backing.openDirectory(place.parent.descriptor)
+            guard parent >= 0 else { return errno }
+            descriptors.append(parent)
+        }
+        defer { if descriptors.count > 2 { close(descriptors[2]) } }
+        let errors = Backing.syncTogether(descriptors)
+        // A sync that fails leaves the previous version: for a new file, the empty one
+        // (docs/atomic-replace.md, "A disk that fails").
+        if errors[0] != 0 { return ftruncate(file, 0) == 0 ? errors[0] : errno }
+        return errors.first { $0 != 0 } ?? 0
     }
 
     /// Removes the record of a shadow that was not published after all.
@@ -722,8 +745,10 @@ final class Shadows: @unchecked Sendable {
             return errno
         }
         var end = log.end
-        error = DeltaLog.commit(session.shadow, end: &end,
-                                syncNames: fileSyncCarriesNames ? nil : { fsync(self.directory) == 0 ? 0 : errno })
+        error = fileSyncCarriesNames ? DeltaLog.commit(session.shadow, end: &end)
+            : DeltaLog.commit(session.shadow, end: &end) { log in
+                Backing.syncTogether([log, self.directory]).first { $0 != 0 } ?? 0
+            }
         guard error == 0 else {
             unlinkat(directory, target, 0)
             return error
@@ -748,7 +773,16 @@ final class Shadows: @unchecked Sendable {
         // Synced even where a file's sync carries names: a live writer's later fdatasync of the
         // file commits none of them, and a cut would then apply this log again over what it wrote.
         guard unlinkat(directory, target, 0) == 0 else { return errno }
-        return fsync(directory) == 0 ? 0 : errno
+        guard fsync(directory) == 0 else { return errno }
+        // Retired: the log goes (or becomes a spare) in the background, freeing its blocks.
+        let (file, name) = (session.shadow, session.shadowName)
+        session.shadow = -1
+        session.shadowName = []
+        remover.async {
+            close(file)
+            self.removeOrReuse(name)
+        }
+        return 0
     }
 
     /// Marks the session failed, so that nothing of it is published.

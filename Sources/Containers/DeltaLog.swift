@@ -63,22 +63,21 @@ public enum DeltaLog {
         return error
     }
 
-    /// Commits the log: appends the commit record with the digest of what the log holds and syncs
-    /// the log, then `syncNames` (nil where the log's sync makes the names durable too: the log's
-    /// own and its target's link, `Backing.fileSyncCarriesNames`). One sync: a cut during it
-    /// leaves a commit whose digest does not match, or none.
-    public static func commit(_ log: Int32, end: inout off_t, syncNames: (() -> Int32)?) -> Int32 {
+    /// Commits the log: appends the commit record with the digest of what the log holds, then
+    /// `sync`s the log (its `fsync` by default; the daemon syncs the log's directory together with
+    /// it where the log's sync does not make the names durable too: the log's own and its target's
+    /// link, `Backing.fileSyncCarriesNames`). One sync: a cut during it leaves a commit whose
+    /// digest does not match, or none, or names that lead to no log.
+    public static func commit(_ log: Int32, end: inout off_t, sync: (Int32) -> Int32 = { fsync($0) == 0 ? 0 : errno }) -> Int32 {
         let (digest, readError) = self.digest(of: log, upTo: end)
         guard readError == 0 else { return readError }
         guard let digest else { return EIO }   // shorter than its records: the log is not whole
-        var error = writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digestSize))
+        let error = writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digestSize))
         guard error == 0 else { return error }
         let written = digest.withUnsafeBytes { pwrite(log, $0.baseAddress, digestSize, end + off_t(headerSize)) }
         guard written == digestSize else { return written < 0 ? errno : EIO }
         end += off_t(headerSize + digestSize)
-        guard fsync(log) == 0 else { return errno }
-        if let syncNames { error = syncNames() }
-        return error
+        return sync(log)
     }
 
     /// The SHA-256 of the log's first `length` bytes; nil if the log is shorter.

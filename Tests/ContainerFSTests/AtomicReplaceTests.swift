@@ -284,6 +284,25 @@ extension AtomicReplaceTests {
         XCTAssertEqual(sh("cat Documents/\(name)"), "v1\n")
     }
 
+    /// A new file's fsync that fails (a disk failing) is reported, and the file is its previous
+    /// version, the empty file, there and after the next mount (which finds its record, where the
+    /// file's sync does not carry its names, and the file not as the record says).
+    func testANewFileWhoseSyncFailsIsReportedAndLeftEmpty() throws {
+        try mounted.failing("fsync", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/synced-new.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(f, b'never made durable\\n')
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
+        XCTAssertEqual(sh("stat -c %s Documents/synced-new.txt"), "0\n")
+        try mounted.remount()
+        XCTAssertEqual(sh("stat -c %s Documents/synced-new.txt"), "0\n")
+    }
+
     func testANewFileWhoseRecordCannotBeMadeIsReportedAtCloseAndLeftEmpty() throws {
         try mounted.failing("renameat,renameat2", with: "EIO") {
             syscall("""

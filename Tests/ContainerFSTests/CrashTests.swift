@@ -97,6 +97,29 @@ final class CrashTests: MountedTestCase {
         XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")
     }
 
+    /// A new file's fsync promises its content. Where the file's sync does not carry its names
+    /// (ext4 without a journal), its mark becomes a record of its size and checksum, which the
+    /// background removes later (docs/atomic-replace.md, "Durability"): a daemon killed before that
+    /// leaves the record (here the background's write fails, which leaves it), and the next mount
+    /// keeps the file, which reads as it says.
+    func testANewFileSyncedJustBeforeACrashKeepsItsContent() throws {
+        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
+        try mounted.failing("sync_file_range", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/saved.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(f, b'saved and synced\\n')
+            os.fsync(f)
+            os.close(f)
+            """, errno: 0)
+            usleep(100_000)
+            mounted.crashDaemon()
+        }
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: mounted.store.workPath + "/shadows/\(deadDaemon)")) ?? []
+        print("crash test: the dead daemon left \(left.filter { PublishRecord.parse($0) != nil }.count) record(s)")
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/saved.txt"), "saved and synced\n")
+    }
+
     /// What a stopped daemon left that cannot be put right (here a new file it was writing, which
     /// must go back to empty, made immutable) keeps the next mount from starting, and says why:
     /// otherwise the file would be served as a crash left it.

@@ -36,10 +36,10 @@ final class DeltaLogTests: XCTestCase {
             end += off_t(DeltaLog.headerSize + text.utf8.count)
         }
         if let size { XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: size), 0) }
-        var namesSynced = false
+        var synced: Int32 = -1
         if committed {
-            XCTAssertEqual(DeltaLog.commit(log, end: &end, syncNames: { namesSynced = true; return 0 }), 0)
-            XCTAssertTrue(namesSynced)
+            XCTAssertEqual(DeltaLog.commit(log, end: &end) { synced = $0; return 0 }, 0)
+            XCTAssertEqual(synced, log)
         }
         return log
     }
@@ -107,11 +107,11 @@ final class DeltaLogTests: XCTestCase {
         XCTAssertEqual(contents("file"), "aNEWaaaaaa")
     }
 
-    /// Where the log's sync makes names durable too, nothing else is synced.
-    func testACommitWithoutANameSync() {
+    /// By default the commit syncs the log alone.
+    func testACommitSyncsTheLog() {
         let log = log("delta-1", [(1, "NEW")], committed: false)
         var end = commitPosition(afterWriteOf: 3)
-        XCTAssertEqual(DeltaLog.commit(log, end: &end, syncNames: nil), 0)
+        XCTAssertEqual(DeltaLog.commit(log, end: &end), 0)
         XCTAssertEqual(end, commitPosition(afterWriteOf: 3) + off_t(DeltaLog.headerSize + 32))
         XCTAssertTrue(DeltaLog.records(of: log).committed)
         close(log)
