@@ -467,10 +467,12 @@ final class Shadows: @unchecked Sendable {
         var attributes = stat()
         guard fstat(session.shadow, &attributes) == 0 else { return errno }
         let key = BackingKey(attributes)
-        // A new file's fsync where the file's sync carries none of its names (ext4 without a journal)
-        // has a record too: the file and the two directories then need no order (`syncFresh`).
+        // A durable publish has a record too where it spares syncs: a new file's where the file's
+        // sync carries none of its names (ext4 without a journal; `syncFresh`), a rewrite's where it
+        // carries them all (a journal; `syncSwapped`).
         let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size)
-            && (durably ? session.fresh && !fileSyncCarriesNames : session.fresh || canExchange)
+            && (durably ? (session.fresh ? !fileSyncCarriesNames : fileSyncCarriesNames && canExchange)
+                        : session.fresh || canExchange)
         var record: [CChar] = []
         if records {
             let (made, error) = PublishRecord.of(session.shadow, size: UInt64(attributes.st_size))
@@ -513,7 +515,7 @@ final class Shadows: @unchecked Sendable {
             }
             return 0
         }
-        if durably, fsync(session.shadow) != 0 { return errno }
+        if durably, !records, fsync(session.shadow) != 0 { return errno }
         // The record is a second link to the shadow, made before the swap: a cut that keeps the
         // swap keeps the record too. It is counted before it is made: a reader would otherwise
         // take the file for a hard-linked one.
@@ -538,6 +540,10 @@ final class Shadows: @unchecked Sendable {
             return error
         }
         if records {
+            if durably {
+                let error = syncSwapped(session, record: record, of: key, node: node, in: nodes)
+                guard error == 0 else { return error }
+            }
             // The shadow's name now leads to the previous version, kept until the data is written.
             unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName,
                                          versionPlace: versions?.place(of: node, in: nodes)))
@@ -553,7 +559,29 @@ final class Shadows: @unchecked Sendable {
         }
         session.shadowName = []
         // The rename is durable once the directory is: fsync promised the file's new content.
-        return durably ? Backing.syncDirectory(parent.descriptor) : 0
+        return durably && !records ? Backing.syncDirectory(parent.descriptor) : 0
+    }
+
+    /// A rewrite's fsync after its swap (`place`), where the file's sync commits its data, its
+    /// record and the swap together (one journal commit, where a sync before the swap and the
+    /// directory's after cost two). A cut before it ends finds the record, and the next mount puts
+    /// the previous version back unless the file reads as the record says. A sync that fails puts
+    /// the previous version back (the session's shadow name leads to it) where the disk still takes
+    /// the swap; otherwise the record stays for the next mount. Returns 0 or the errno.
+    private func syncSwapped(_ session: WriteSession, record: [CChar], of key: BackingKey, node: Node, in nodes: NodeTable) -> Int32 {
+        guard fsync(session.shadow) != 0 else { return 0 }
+        let error = errno
+        var previous = stat()
+        if fstatat(directory, session.shadowName, &previous, AT_SYMLINK_NOFOLLOW) == 0,
+           case .moved = moveIntoPlace(session.shadowName, previous, of: node, in: nodes, mustExchange: true) {
+            // The shadow's name leads to the new version again, which the session discards.
+            dropRecord(record, of: key)
+            return error
+        }
+        unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName, versionPlace: nil))
+        session.shadow = -1
+        session.shadowName = []
+        return error
     }
 
     /// A new file's fsync after its mark became a record: the file, the record's directory and the

@@ -26,9 +26,10 @@ final class MountedStore {
 
     /// Installs the sample apps, then mounts the whole store, or one app with `app`.
     /// `descriptorLimit` caps the daemon's open descriptors (soft and hard, so it cannot raise it).
-    init(app: String? = nil, extraArguments: [String] = [], descriptorLimit: Int? = nil,
+    /// The store and the mount point are made in `base` (the temporary directory by default).
+    init(app: String? = nil, extraArguments: [String] = [], descriptorLimit: Int? = nil, base: URL? = nil,
          prepare: (Store) throws -> Void = { _ in }) throws {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-test-\(UUID().uuidString)")
+        root = (base ?? FileManager.default.temporaryDirectory).appendingPathComponent("containerfs-test-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         store = try Store.openOrCreate(root.appendingPathComponent("store").path)
         try SampleApps.install(into: store, scratch: root.appendingPathComponent("bundles"))
@@ -65,13 +66,26 @@ final class MountedStore {
 
     /// Runs `body` with strace's `injection` (its inject= option) on every call of `syscall` by the daemon.
     func injecting(_ syscall: String, _ injection: String, _ body: () throws -> Void) throws {
-        guard geteuid() == 0 else { throw XCTSkip("strace's fault injection attaches to the daemon, which needs root here") }
+        try tracing(syscall, ["-e", "inject=\(syscall):\(injection)", "-o", "/dev/null"], body)
+    }
+
+    /// How many calls of `syscalls` (strace's list) the daemon makes while `body` runs.
+    func counting(_ syscalls: String, _ body: () throws -> Void) throws -> Int {
+        let log = root.appendingPathComponent("strace-\(UUID().uuidString)").path
+        try tracing(syscalls, ["-o", log], body)
+        defer { try? FileManager.default.removeItem(atPath: log) }
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+        return lines.filter { line in !line.contains("resumed>") && syscalls.split(separator: ",").contains { line.contains($0 + "(") } }.count
+    }
+
+    /// Runs `body` while strace, with `arguments`, traces `syscall` in every thread of the daemon.
+    private func tracing(_ syscall: String, _ arguments: [String], _ body: () throws -> Void) throws {
+        guard geteuid() == 0 else { throw XCTSkip("strace attaches to the daemon, which needs root here") }
         guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
         let pid = try XCTUnwrap(daemonPID)
         let tracer = Process()
         tracer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        tracer.arguments = ["strace", "-f", "-qq", "-p", String(pid), "-e", "trace=" + syscall,
-                            "-e", "inject=\(syscall):\(injection)", "-o", "/dev/null"]
+        tracer.arguments = ["strace", "-f", "-qq", "-p", String(pid), "-e", "trace=" + syscall] + arguments
         try tracer.run()
         defer {
             tracer.terminate()

@@ -1,0 +1,77 @@
+import Containers
+import Foundation
+import XCTest
+@testable import ContainerFS
+
+/// A store on ext4 with a journal, as most stores are (the suite's other stores live wherever the
+/// temporary directory is): there a file's sync commits every change of its names with it, and a
+/// rewrite's fsync swaps first and syncs once (docs/atomic-replace.md, "Durability").
+final class JournalTests: MountedTestCase {
+    private var image: String?
+    private var imageMount: URL?
+
+    override func setUpWithError() throws {
+        guard geteuid() == 0 else { throw XCTSkip("mounting a loop image needs root") }
+        guard Shell.run("command -v mkfs.ext4 && losetup -f").status == 0 else {
+            throw XCTSkip("no mkfs.ext4 or no free loop device on this machine")
+        }
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-journal-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: work.appendingPathComponent("disk"), withIntermediateDirectories: true)
+        image = work.appendingPathComponent("image").path
+        let made = Shell.run("truncate -s 320M \(image!) && mkfs.ext4 -q -F \(image!) && mount -o loop \(image!) \(work.path)/disk")
+        guard made.status == 0 else { throw ContainerError("the image: \(made.error)") }
+        imageMount = work.appendingPathComponent("disk")
+        mounted = try MountedStore(base: imageMount)
+        let store = open(mounted.store.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(store) }
+        XCTAssertTrue(Backing.fileSyncCarriesNames(onFileSystemOf: store), "the image has a journal")
+    }
+
+    override func tearDown() {
+        super.tearDown()
+        if let imageMount {
+            _ = Shell.run("umount \(imageMount.path)")
+            try? FileManager.default.removeItem(at: imageMount.deletingLastPathComponent())
+        }
+    }
+
+    /// The rewrite's data, its record and its swap reach the disk in one journal commit: one sync.
+    func testARewritesFsyncIsOneSync() throws {
+        // A version kept first: the first one makes the file's versions directory, which is synced.
+        sh("echo v0 > Documents/synced.txt; echo v1 > Documents/synced.txt")
+        usleep(300_000)
+        let syncs = try mounted.counting("fsync,fdatasync") {
+            syscall("""
+            f = os.open('Documents/synced.txt', os.O_WRONLY | os.O_TRUNC)
+            os.write(f, b'v2\\n')
+            os.fsync(f)
+            os.close(f)
+            """, errno: 0)
+        }
+        XCTAssertEqual(syncs, 1, "the file's sync alone, after the swap")
+        XCTAssertEqual(sh("cat Documents/synced.txt"), "v2\n")
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/synced.txt"), "v2\n")
+    }
+
+    /// A sync that fails after the swap (a disk failing) puts the previous version back: the
+    /// writer hears the error, and the file reads as it did, there and after the next mount.
+    func testARewriteWhoseSyncFailsGoesBackToThePreviousVersion() throws {
+        sh("echo v1 > Documents/failed.txt")
+        try mounted.failing("fsync", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/failed.txt', os.O_WRONLY | os.O_TRUNC)
+            os.write(f, b'v2\\n')
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
+        XCTAssertEqual(sh("cat Documents/failed.txt"), "v1\n")
+        sh("echo v3 > Documents/failed.txt")
+        XCTAssertEqual(sh("cat Documents/failed.txt"), "v3\n", "the next rewrite publishes")
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/failed.txt"), "v3\n")
+    }
+}
