@@ -270,17 +270,7 @@ extension AtomicReplaceTests {
     /// `call` of the daemon fails with EIO: the writer hears it, the file stays v1.
     private func rewrite(_ name: String, syncing: Bool, whileFailing call: String) throws {
         sh("echo v1 > Documents/\(name)")
-        try mounted.failing(call, with: "EIO") {
-            syscall("""
-            f = os.open('Documents/\(name)', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v2\\n')
-            try:
-                if \(syncing ? "True" : "False"):
-                    os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
-        }
+        try write(to: "Documents/\(name)", "v2\\n", flags: "os.O_WRONLY | os.O_TRUNC", syncing: syncing, whileFailing: call)
         XCTAssertEqual(sh("cat Documents/\(name)"), "v1\n")
     }
 
@@ -288,16 +278,7 @@ extension AtomicReplaceTests {
     /// version, the empty file, there and after the next mount (which finds its record, where the
     /// file's sync does not carry its names, and the file not as the record says).
     func testANewFileWhoseSyncFailsIsReportedAndLeftEmpty() throws {
-        try mounted.failing("fsync", with: "EIO") {
-            syscall("""
-            f = os.open('Documents/synced-new.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.write(f, b'never made durable\\n')
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
-        }
+        try write(to: "Documents/synced-new.txt", "never made durable\\n", flags: "os.O_WRONLY | os.O_CREAT | os.O_EXCL", whileFailing: "fsync")
         XCTAssertEqual(sh("stat -c %s Documents/synced-new.txt"), "0\n")
         try mounted.remount()
         XCTAssertEqual(sh("stat -c %s Documents/synced-new.txt"), "0\n")

@@ -9,14 +9,19 @@ final class CrashTests: MountedTestCase {
     func testKillingTheDaemonDuringWritesLeavesEveryFileOldOrNew() throws {
         let files = 40
         sh("for i in $(seq 1 \(files)); do echo old-$i > Documents/f$i; done")
-        // Writers rewrite every file with a large new version, over and over, until the daemon dies.
+        // Writers rewrite their files with a large new version, over and over, until the daemon dies.
         // Rewrites in place and by editor-style rename, with creations and deletions around them.
+        // Each writer has files of its own: a second writer's O_TRUNC open empties a file the first
+        // is writing, on a local disk as here, and a crash then would rightly leave it empty.
         let writer = """
         import os, sys
         n = \(files)
         pid = os.getpid()
+        mine = int(sys.argv[1])
         while True:
             for i in range(1, n + 1):
+                if (i - 1) // 2 % 2 != mine:
+                    continue
                 try:
                     content = ''.join(f'new-{i}-' + 'x' * 1000 + '\\n' for _ in range(64))
                     if i % 2:
@@ -32,10 +37,10 @@ final class CrashTests: MountedTestCase {
                 except OSError:
                     sys.exit(0)
         """
-        let writers = (0..<2).map { _ -> Process in
+        let writers = (0..<2).map { index -> Process in
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            process.arguments = ["-c", writer]
+            process.arguments = ["-c", writer, String(index)]
             process.currentDirectoryURL = URL(fileURLWithPath: home)
             process.standardError = FileHandle.nullDevice
             try? process.run()
@@ -49,6 +54,16 @@ final class CrashTests: MountedTestCase {
             while process.isRunning && Date() < deadline { usleep(20_000) }
             if process.isRunning { process.terminate() }
         }
+        // What the next mount recovers, with each link's inode: said when a file comes back torn.
+        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? []).sorted().map { name -> String in
+            var attributes = stat()
+            return lstat(shadows + "/" + name, &attributes) == 0 ? "\(name) (inode \(attributes.st_ino), \(attributes.st_size) B)" : name
+        }
+        let inodes = (1...files).map { index -> String in
+            var attributes = stat()
+            return lstat(mounted.backing() + "/Documents/f\(index)", &attributes) == 0 ? "f\(index): \(attributes.st_ino)" : "f\(index): -"
+        }
         try mounted.remount()
 
         let complete = (1...files).map { "new-\($0)-" + String(repeating: "x", count: 1000) + "\n" }
@@ -56,6 +71,8 @@ final class CrashTests: MountedTestCase {
         for index in 1...files {
             let content = try String(contentsOfFile: home + "/Documents/f\(index)", encoding: .utf8)
             if content == "old-\(index)\n" { continue }
+            XCTAssertEqual(content.count, complete[index - 1].count * 64,
+                           "Documents/f\(index) is torn; the dead daemon left \(left); the files were \(inodes)")
             XCTAssertEqual(content, String(repeating: complete[index - 1], count: 64), "Documents/f\(index) is torn")
             rewritten += 1
         }

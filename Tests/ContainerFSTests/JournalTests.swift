@@ -58,16 +58,7 @@ final class JournalTests: MountedTestCase {
     /// writer hears the error, and the file reads as it did, there and after the next mount.
     func testARewriteWhoseSyncFailsGoesBackToThePreviousVersion() throws {
         sh("echo v1 > Documents/failed.txt")
-        try mounted.failing("fsync", with: "EIO") {
-            syscall("""
-            f = os.open('Documents/failed.txt', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v2\\n')
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
-        }
+        try write(to: "Documents/failed.txt", "v2\\n", flags: "os.O_WRONLY | os.O_TRUNC", whileFailing: "fsync")
         XCTAssertEqual(sh("cat Documents/failed.txt"), "v1\n")
         sh("echo v3 > Documents/failed.txt")
         XCTAssertEqual(sh("cat Documents/failed.txt"), "v3\n", "the next rewrite publishes")

@@ -1,3 +1,4 @@
+import CLinux
 import Containers
 import Foundation
 import XCTest
@@ -142,9 +143,13 @@ final class MountedStore {
     var isMounted: Bool {
         let table = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
         guard table.contains(" \(mountPoint) ") else { return false }
-        // statfs always reaches the daemon; stat may be answered from the kernel's cache.
-        var statistics = statvfs()
-        return statvfs(mountPoint, &statistics) == 0 || errno != ENOTCONN
+        // statfs always reaches the daemon; stat may be answered from the kernel's cache. A FUSE
+        // filesystem's: a stale mount taken down between the two looks reaches the bare directory.
+        let root = open(mountPoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { return errno != ENOTCONN }
+        defer { close(root) }
+        let type = clinux_fs_type(root)
+        return type == 0x6573_5546 || (type < 0 && errno != ENOTCONN)
     }
 
     var isListedInMountTable: Bool {
@@ -268,6 +273,23 @@ class MountedTestCase: XCTestCase {
     func remountWithoutPassthrough() throws {
         mounted.unmount()
         mounted = try MountedStore(extraArguments: ["-o", "no_passthrough"])
+    }
+
+    /// Writes `content` (a Python bytes literal's text) to `path`, opened with `flags` (Python's
+    /// `os` flags), fsyncs it if `syncing`, and closes it, while every `call` of the daemon fails
+    /// with EIO: the writer must hear EIO.
+    func write(to path: String, _ content: String, flags: String, syncing: Bool = true, whileFailing call: String) throws {
+        try mounted.failing(call, with: "EIO") {
+            syscall("""
+            f = os.open('\(path)', \(flags), 0o644)
+            os.write(f, b'\(content)')
+            try:
+                if \(syncing ? "True" : "False"):
+                    os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
     }
 
     /// The container root the commands run in.

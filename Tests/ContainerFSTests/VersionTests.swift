@@ -123,6 +123,8 @@ final class VersionTests: MountedTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: heldPath), "the limits removed it")
         XCTAssertEqual(String(decoding: try held.readToEnd() ?? Data(), as: UTF8.self), "kept-open\n")
         XCTAssertEqual(sh("cat Documents/held.txt"), "8\n")
+        let written = (["held.txt"] + (3...8).map { "new-held-\($0)" }).compactMap { inode(mounted.backing() + "/Documents/" + $0) }
+        XCTAssertFalse(written.contains(try XCTUnwrap(heldInode)), "no file made after took the held version's inode")
 
         // Root's rewrite of another user's set-user-ID file keeps owner and mode, as on a local disk
         // (the shadow took the owner after the mode, and the chown cleared the bit).
