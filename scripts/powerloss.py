@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Power-loss harness: cuts the power under a ContainerFS mount and checks what fsync promised.
 
-A store lives on a loop-mounted image (ext4, XFS, btrfs). A workload runs through a mount of it; the
+A store lives on a loop-mounted image (ext4 with and without a journal, XFS, btrfs). A workload runs through a mount of it; the
 power is cut with FS_IOC_SHUTDOWN without flushing the log (what `xfs_io -x -c 'shutdown'` does),
 which loses whatever was not made durable, as a power cut would. btrfs refuses that ioctl: its image
 is a file on a second ext4 image, which is shut down instead (`--lower` does the same for all). The
@@ -12,7 +12,7 @@ also runs on the image's filesystem directly ("native"), so that the model is kn
 Through ContainerFS, the power is cut a second time right after the mount that recovered the store
 (with no sync in between), and the files are checked again.
 
-Usage: powerloss.py [--quick] [--filesystems ext4,xfs,btrfs] [--lower] [--random-cuts N] [--seed S]
+Usage: powerloss.py [--quick] [--filesystems ext4,ext4-nojournal,xfs,btrfs] [--lower] [--random-cuts N] [--seed S]
 """
 import argparse
 import contextlib
@@ -513,7 +513,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true",
                         help="ext4 and btrfs only, seven chosen cuts, a restore and two random ones")
-    parser.add_argument("--filesystems", default="ext4,xfs,btrfs")
+    parser.add_argument("--filesystems", default="ext4,ext4-nojournal,xfs,btrfs")
     parser.add_argument("--lower", action="store_true",
                         help="cut the power under ext4 and XFS too by shutting down a disk their image is a file on")
     parser.add_argument("--random-cuts", type=int, default=10)
