@@ -470,9 +470,9 @@ final class Shadows: @unchecked Sendable {
         // A durable publish has a record too where it spares syncs: a new file's where the file's
         // sync carries none of its names (ext4 without a journal; `syncFresh`), a rewrite's where it
         // carries them all (a journal; `syncSwapped`).
+        let recordSparesSyncs = session.fresh ? !fileSyncCarriesNames : fileSyncCarriesNames
         let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size)
-            && (durably ? (session.fresh ? !fileSyncCarriesNames : fileSyncCarriesNames && canExchange)
-                        : session.fresh || canExchange)
+            && (session.fresh || canExchange) && (!durably || recordSparesSyncs)
         var record: [CChar] = []
         if records {
             let (made, error) = PublishRecord.of(session.shadow, size: UInt64(attributes.st_size))
@@ -589,14 +589,10 @@ final class Shadows: @unchecked Sendable {
     /// leaves the file whole, or empty where its data did not reach the disk with the record, as
     /// the next mount checks it against the record. Returns 0 or the errno.
     private func syncFresh(_ file: Int32, of node: Node, in nodes: NodeTable) -> Int32 {
-        var descriptors = [file, directory]
-        if let place = nodes.place(of: node) {
-            let parent = Backing.openDirectory(place.parent.descriptor)
-            guard parent >= 0 else { return errno }
-            descriptors.append(parent)
-        }
-        defer { if descriptors.count > 2 { close(descriptors[2]) } }
-        let errors = Backing.syncTogether(descriptors)
+        let parent = nodes.place(of: node).map { Backing.openDirectory($0.parent.descriptor) }
+        if parent == -1 { return errno }
+        defer { if let parent { close(parent) } }
+        let errors = Backing.syncTogether([file, directory] + (parent.map { [$0] } ?? []))
         // A sync that fails leaves the previous version: for a new file, the empty one
         // (docs/atomic-replace.md, "A disk that fails").
         if errors[0] != 0 { return ftruncate(file, 0) == 0 ? errors[0] : errno }

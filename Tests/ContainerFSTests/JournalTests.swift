@@ -65,4 +65,27 @@ final class JournalTests: MountedTestCase {
         try mounted.remount()
         XCTAssertEqual(sh("cat Documents/failed.txt"), "v3\n")
     }
+
+    /// Where the disk takes neither the sync nor the swap back, the file reads as written (as a
+    /// local disk's does after a failed fsync) and its record stays: a daemon that stops before the
+    /// data is written, with the data lost (the file cut short behind it, as a power cut leaves
+    /// unwritten data), gets the previous version back at the next mount.
+    func testARewriteWhoseSyncAndSwapBackFailKeepsItsRecordForTheNextMount() throws {
+        sh("echo v1 > Documents/stuck.txt")
+        try mounted.injecting([("fsync", "error=EIO"), ("renameat2", "error=EIO:when=2"), ("sync_file_range", "error=EIO")]) {
+            syscall("""
+            f = os.open('Documents/stuck.txt', os.O_WRONLY | os.O_TRUNC)
+            os.write(f, b'v2\\n')
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+            XCTAssertEqual(sh("cat Documents/stuck.txt"), "v2\n")
+            mounted.crashDaemon()
+        }
+        XCTAssertEqual(truncate(mounted.backing() + "/Documents/stuck.txt", 1), 0)
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/stuck.txt"), "v1\n")
+    }
 }

@@ -67,7 +67,13 @@ final class MountedStore {
 
     /// Runs `body` with strace's `injection` (its inject= option) on every call of `syscall` by the daemon.
     func injecting(_ syscall: String, _ injection: String, _ body: () throws -> Void) throws {
-        try tracing(syscall, ["-e", "inject=\(syscall):\(injection)", "-o", "/dev/null"], body)
+        try injecting([(syscall, injection)], body)
+    }
+
+    /// Runs `body` with each of strace's `injections` (syscall, its inject= option) at once.
+    func injecting(_ injections: [(syscall: String, injection: String)], _ body: () throws -> Void) throws {
+        let arguments = injections.flatMap { ["-e", "inject=\($0.syscall):\($0.injection)"] }
+        try tracing(injections.map(\.syscall).joined(separator: ","), arguments + ["-o", "/dev/null"], body)
     }
 
     /// How many calls of `syscalls` (strace's list) the daemon makes while `body` runs.
