@@ -93,9 +93,30 @@ final class UnsyncedPublish: Sendable {
     }
 }
 
+/// A committed log's retirement (`Shadows.publishLog`), done once: on the background queue, or
+/// first by whoever must wait for it. A failure leaves it to be tried again by the next wait.
+final class LogRetirement: Sendable {
+    private let work: Mutex<(@Sendable () -> Int32)?>
+
+    init(_ work: @escaping @Sendable () -> Int32) {
+        self.work = Mutex(work)
+    }
+
+    /// Does the work unless it was done: 0, or its errno.
+    func run() -> Int32 {
+        work.withLock { work in
+            guard let body = work else { return 0 }
+            let error = body()
+            if error == 0 { work = nil }
+            return error
+        }
+    }
+}
+
 /// Versions published at a close without waiting for their data (docs/atomic-replace.md, "Closes
 /// without a sync"): the daemon's background queue writes their data, in batches, and then
-/// removes their records and their previous versions; and the marks of new files (`MarkTable`).
+/// removes their records and their previous versions; the marks of new files (`MarkTable`); and
+/// the retirements of committed logs.
 final class UnsyncedPublishes: @unchecked Sendable {
     private let directory: Int32
     /// Its own: a batch waits for the disk, which the spares made ahead on the shadows' queue should not.
@@ -104,6 +125,10 @@ final class UnsyncedPublishes: @unchecked Sendable {
     private let versions: VersionKeeper?
     private let table = Locked(MarkTable())
     private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], settleScheduled: Bool)>(([:], [], false))
+    /// Committed logs whose files are changed but not yet synced, by file: at most one each.
+    private let retiring = Locked<[BackingKey: LogRetirement]>([:])
+    /// Beyond this many, a publish retires its log itself: each holds two descriptors.
+    static let retiringLimit = 64
     /// Set when a background write or removal failed (a disk failing): closes then wait for their
     /// data again, so that their writers hear of the next failure.
     private let failed = Atomic<Bool>(false)
@@ -138,6 +163,20 @@ final class UnsyncedPublishes: @unchecked Sendable {
         scheduleSettle()
     }
     func hasLink(_ key: BackingKey) -> Bool { table.withLock { $0.hasLink(key) } }
+
+    /// Removes a link to the file `key` names with `unlink` (0 or an errno), then syncs the
+    /// directory: settled, the removal needs no later sync. Returns 0 or the errno.
+    func unlinkDurably(_ key: BackingKey, _ unlink: () -> Int32) -> Int32 {
+        let error = unlink()
+        guard error == 0 else { return error }
+        let through = table.withLock { table in
+            table.unlinked(key)
+            return table.removals
+        }
+        guard fsync(directory) == 0 else { return errno }
+        table.withLock { $0.settled(through: through) }
+        return 0
+    }
     func mark(of key: BackingKey) -> MarkTable.Mark? { table.withLock { $0.marks[key] } }
 
     // MARK: Versions waiting for their data
@@ -155,10 +194,46 @@ final class UnsyncedPublishes: @unchecked Sendable {
 
     /// Waits for the data of the version `key` names, if it waits for it: before a rename or a
     /// link of it, whose commit must not come before the data (as ext4 flushes a file renamed
-    /// over another). Returns 0 or the errno.
+    /// over another). And for the retirement of a log applied to it: before a change in place,
+    /// which a cut would otherwise find overwritten by the log applied again. Returns 0 or the errno.
     func waitForData(of key: BackingKey) -> Int32 {
+        if let retirement = retiring.withLock({ $0[key] }) {
+            let error = retire(retirement, of: key)
+            guard error == 0 else { return error }
+        }
         guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
         return finish(publish)
+    }
+
+    // MARK: Logs waiting for their retirement
+
+    /// Takes over the retirement of a log applied to the file `key` names: on the background
+    /// queue, or by the first `waitForData` of the file. False when too many wait: the caller
+    /// retires it itself.
+    func retireLater(_ retirement: LogRetirement, of key: BackingKey) -> Bool {
+        let taken = retiring.withLock { retiring -> Bool in
+            guard retiring.count < UnsyncedPublishes.retiringLimit, retiring[key] == nil else { return false }
+            retiring[key] = retirement
+            return true
+        }
+        if taken { queue.async { self.retire(retirement, of: key) } }
+        return taken
+    }
+
+    /// Whether the file `key` names has a log waiting for its retirement (its inode must not be
+    /// reused: the log's link to it would apply the log to another file after a cut).
+    func isRetiring(_ key: BackingKey) -> Bool { retiring.withLock { $0[key] != nil } }
+
+    @discardableResult
+    private func retire(_ retirement: LogRetirement, of key: BackingKey) -> Int32 {
+        let error = retirement.run()
+        if error == 0 {
+            retiring.withLock { if $0[key] === retirement { $0[key] = nil } }
+        } else {
+            // Left for the next wait, and the unmount or the next mount applies the log again.
+            failed.store(true, ordering: .relaxed)
+        }
+        return error
     }
 
     /// Before a sync of the file `key` names, which a change in place may have made since: its data

@@ -223,7 +223,7 @@ final class Shadows: @unchecked Sendable {
         guard file >= 0 else { return false }
         var attributes = stat()
         guard fstat(file, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFREG, attributes.st_nlink == 1,
-              !inUse(BackingKey(attributes)), clinux_flistxattr(file, nil, 0) == 0,
+              !inUse(BackingKey(attributes)), !unsynced.isRetiring(BackingKey(attributes)), clinux_flistxattr(file, nil, 0) == 0,
               InodeFlags(of: file) == newFileFlags, clinux_set_lease(file, 1) == 0 else {
             close(file)
             return false
@@ -435,6 +435,11 @@ final class Shadows: @unchecked Sendable {
         guard session.dirty else { return 0 }
         session.dirty = false
         if let log = session.log {
+            // One log of a file at a time: a cut would find two, and apply them in any order.
+            if let key = Backing.key(of: log.original) {
+                let error = unsynced.waitForData(of: key)
+                guard error == 0 else { return error }
+            }
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
             // of the file meanwhile, and is refused while someone has it open for writing.
@@ -710,8 +715,21 @@ final class Shadows: @unchecked Sendable {
         guard error == 0 else { return -Int(error) }
         session.log?.end += off_t(DeltaLog.headerSize + written)
         session.log?.size = max(log.size, offset + off_t(written))
+        prefetchPartialPages(of: log.original, from: offset, to: offset + off_t(written), size: log.size)
         return written
     }
+
+    /// Starts reading the file's pages that a write to `start..<end` covers in part, which the
+    /// publish's apply must read before it can change them: the reads then overlap the commit's
+    /// sync instead of following it. Pages past the file's `size` have nothing to read.
+    private func prefetchPartialPages(of file: Int32, from start: off_t, to end: off_t, size: off_t) {
+        let page = Shadows.pageSize
+        let first = start / page * page, last = (end - 1) / page * page
+        if start != first, first < size { posix_fadvise(file, first, page, POSIX_FADV_WILLNEED) }
+        if end % page != 0, last != first || start == first, last < size { posix_fadvise(file, last, page, POSIX_FADV_WILLNEED) }
+    }
+
+    private static let pageSize = off_t(sysconf(Int32(_SC_PAGESIZE)))
 
     /// Appends a truncation (or extension) to `size` to the session's log.
     func logTruncate(_ session: WriteSession, to size: off_t) -> Int32 {
@@ -750,23 +768,28 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// Publishes a logged rewrite (docs/atomic-replace.md, "Large files"): commits the log (with a
-    /// link to the file beside it), applies it to the file, syncs the file, then retires the log.
-    /// Always durable: a log may not be retired before the file holds what it says. `leased`: the
-    /// caller took a write lease on the file, which this gives back.
+    /// link to the file beside it) and applies it to the file; the file's sync and the log's
+    /// retirement follow in the background, before any change of the file in place
+    /// (`UnsyncedPublishes.waitForData`). Durable once committed: a cut before the retirement
+    /// ends finds the log, which the next mount applies again. `leased`: the caller took a write
+    /// lease on the file, which this gives back.
     private func publishLog(_ session: WriteSession, leased: Bool) -> Int32 {
         guard let log = session.log else { return 0 }
         var leased = leased
         defer { if leased { clinux_set_lease(log.original, 0) } }
+        guard let key = Backing.key(of: log.original) else { return errno }
         let (records, _, readError) = DeltaLog.records(of: session.shadow)
         guard readError == 0 else { return readError }
         // Blocks first: a full disk refuses the change before it is committed, never halfway.
         var error = DeltaLog.reserve(records, in: log.original)
         guard error == 0 else { return error }
-        var target = session.shadowName
-        target.removeLast()
-        target += DeltaLog.targetSuffix.utf8.map { CChar(bitPattern: $0) } + [0]
+        let target: [CChar] = session.shadowName.dropLast() + DeltaLog.targetSuffix.utf8.map { CChar(bitPattern: $0) } + [0]
+        // Counted before it is made: `stat` does not show it (`MarkTable`).
+        unsynced.linked(key)
         guard Backing.withProcPath(log.original, { linkat(AT_FDCWD, $0, directory, target, AT_SYMLINK_FOLLOW) }) == 0 else {
-            return errno
+            let error = errno
+            unsynced.unlinked(key)
+            return error
         }
         var end = log.end
         error = fileSyncCarriesNames ? DeltaLog.commit(session.shadow, end: &end)
@@ -775,15 +798,13 @@ final class Shadows: @unchecked Sendable {
             }
         guard error == 0 else {
             unlinkat(directory, target, 0)
+            unsynced.unlinked(key)
             return error
         }
         // Committed: the change is the file's now. A failure from here on (the disk failing) is
         // tried once more, then leaves the log and its link, which unmount and the next mount apply.
-        for _ in 0..<2 {
-            error = DeltaLog.apply(records, of: session.shadow, to: log.original)
-            if error == 0, fsync(log.original) != 0 { error = errno }
-            if error == 0 { break }
-        }
+        error = DeltaLog.apply(records, of: session.shadow, to: log.original)
+        if error != 0 { error = DeltaLog.apply(records, of: session.shadow, to: log.original) }
         // Opens that waited for the lease see the change whole.
         if leased {
             leased = false
@@ -793,20 +814,54 @@ final class Shadows: @unchecked Sendable {
             session.shadowName = []
             return error
         }
-        // The link goes first, durably: a log without it is never applied again (`DeltaLog.recover`).
-        // Synced even where a file's sync carries names: a live writer's later fdatasync of the
-        // file commits none of them, and a cut would then apply this log again over what it wrote.
-        guard unlinkat(directory, target, 0) == 0 else { return errno }
-        guard fsync(directory) == 0 else { return errno }
-        // Retired: the log goes (or becomes a spare) in the background, freeing its blocks.
-        let (file, name) = (session.shadow, session.shadowName)
+        let (file, logFile, logName) = (log.original, session.shadow, session.shadowName)
+        // Retired, the log goes (or becomes a spare) in the background, freeing its blocks.
+        let retireLog: @Sendable () -> Int32 = { [self] in
+            let error = retire(logFile, applying: records, to: file, key: key, target: target)
+            if error == 0 {
+                remover.async {
+                    close(logFile)
+                    self.removeOrReuse(logName)
+                }
+            }
+            return error
+        }
+        // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
+        // this publish's turn (`RenameCommits`).
+        let later = LogRetirement {
+            let error = retireLog()
+            if error == 0 { close(file) }
+            return error
+        }
+        if !renameCommits.needed, unsynced.retireLater(later, of: key) {
+            // The retirement holds the file and the log now.
+            session.log = nil
+        } else {
+            error = retireLog()
+            guard error == 0 else {
+                session.shadowName = []
+                return error
+            }
+        }
         session.shadow = -1
         session.shadowName = []
-        remover.async {
-            close(file)
-            self.removeOrReuse(name)
-        }
         return 0
+    }
+
+    /// A log's retirement, once it was applied to `file`: the file's sync (the log applied once
+    /// more if it fails), then the removal of the log's link to it, durably: a log without it is
+    /// never applied again (`DeltaLog.recover`). Synced even where a file's sync carries names: a
+    /// live writer's later fdatasync of the file commits none of them, and a cut would then apply
+    /// this log again over what it wrote. Returns 0 or the errno; the log stays on a failure.
+    private func retire(_ log: Int32, applying records: [DeltaLog.Record], to file: Int32, key: BackingKey,
+                        target: [CChar]) -> Int32 {
+        var error = Backing.check(fsync(file))
+        if error != 0 {
+            error = DeltaLog.apply(records, of: log, to: file)
+            if error == 0 { error = Backing.check(fsync(file)) }
+        }
+        guard error == 0 else { return error }
+        return unsynced.unlinkDurably(key) { unlinkat(directory, target, 0) == 0 || errno == ENOENT ? 0 : errno }
     }
 
     /// Marks the session failed, so that nothing of it is published.

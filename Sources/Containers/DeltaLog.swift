@@ -21,7 +21,7 @@ public enum DeltaLog {
     public static let targetSuffix = ".target"
     private static let magic: UInt32 = 0x4446_5343   // "CSFD"
 
-    public enum Kind: UInt32 {
+    public enum Kind: UInt32, Sendable {
         /// `length` bytes of data at `offset` follow the header.
         case write = 1
         /// The file is truncated (or extended) to `offset` bytes.
@@ -36,7 +36,7 @@ public enum DeltaLog {
 
     private static let digestSize = SHA256.byteCount
 
-    public struct Record: Equatable {
+    public struct Record: Equatable, Sendable {
         public let kind: Kind
         public let offset: off_t
         public let length: off_t

@@ -321,3 +321,50 @@ extension LargeFileTests {
         }
     }
 }
+
+extension LargeFileTests {
+    /// A logged change's close returns once the log is committed and applied; the file's sync and
+    /// the log's retirement follow. Until the retirement is done, the log's link to the file stays
+    /// (made to fail here: every `unlinkat` of the daemon returns EIO), `stat` does not count it,
+    /// and no change in place may begin: a cut would apply the log again over it. The next open
+    /// that may change the file retires the log first.
+    func testAChangeInPlaceWaitsForTheRetirementOfTheLastLoggedChange() throws {
+        makeLargeFile()
+        try mounted.failing("unlinkat", with: "EIO") {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'LOGGED', 100); os.close(f)", errno: 0)
+            settle()
+            XCTAssertEqual(sh("stat -c %h Documents/large"), "1\n", "the log's link is the daemon's")
+            // Read and write, without truncation: a live writer, in place.
+            syscall("os.open('Documents/large', os.O_RDWR)", errno: EIO)
+        }
+        syscall("""
+        f = os.open('Documents/large', os.O_RDWR)
+        os.pwrite(f, b'IN PLACE', 100)
+        os.fsync(f)
+        os.close(f)
+        """, errno: 0)
+        mounted.crashDaemon()
+        try mounted.remount()
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=100 count=8 status=none"), "IN PLACE",
+                       "the log was retired before the change in place, and not applied again over it")
+        XCTAssertEqual(sh("stat -c %h Documents/large"), "1\n")
+    }
+
+    /// A daemon that stops after a logged change's close, before the log's retirement (made to
+    /// fail: every `unlinkat` of the daemon returns EIO), leaves the committed log and its link:
+    /// the next mount applies it again, here over bytes the disk lost (overwritten behind the
+    /// daemon's back).
+    func testALoggedChangeWhoseRetirementDidNotEndIsAppliedAgainAtTheNextMount() throws {
+        makeLargeFile()
+        try mounted.failing("unlinkat", with: "EIO") {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'LOGGED', 100); os.close(f)", errno: 0)
+            settle()
+            mounted.crashDaemon()
+        }
+        let file = mounted.backing() + "/Documents/large"
+        XCTAssertEqual(Shell.run("printf LOST.. | dd of=\(Shell.quote(file)) bs=1 seek=100 conv=notrunc status=none").status, 0)
+        try mounted.remount()
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=100 count=6 status=none"), "LOGGED")
+        XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+    }
+}

@@ -158,14 +158,17 @@ final class RenameCommitsTests: XCTestCase {
     func testSyncsShareATurn() {
         let turns = Turns()
         turns.enter(.syncs)
-        let other = DispatchSemaphore(value: 0)
+        let (other, left) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
         DispatchQueue.global().async {
             turns.enter(.syncs)
             other.signal()
             turns.leave()
+            left.signal()
         }
         XCTAssertEqual(other.wait(timeout: .now() + 10), .success, "a second sync runs beside the first")
         turns.leave()
+        // The other's leave may come after this one's.
+        XCTAssertEqual(left.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(turns.queued.isEmpty)
     }
 }
