@@ -497,6 +497,7 @@ final class Shadows: @unchecked Sendable {
                 session.shadowName = []
                 return error
             }
+            if durably, !fileSyncCarriesNames { return syncFreshUnrecorded(session, of: node, in: nodes, key: key) }
             // Without the data, the mark's removal must not be logged by a sync meanwhile (btrfs).
             let removed = durably ? unlinkat(directory, session.shadowName, 0)
                 : renameCommits.renaming { unlinkat(directory, session.shadowName, 0) }
@@ -504,20 +505,9 @@ final class Shadows: @unchecked Sendable {
             session.shadowName = []
             unsynced.unlinked(key)
             guard durably else { return 0 }
-            guard fsync(session.shadow) == 0 else {
-                // A sync that fails leaves the previous version, as a rewrite's does: for a new
-                // file, the empty one (docs/atomic-replace.md, "A disk that fails").
-                let error = errno
-                return ftruncate(session.shadow, 0) == 0 ? error : errno
-            }
-            // The mark was a link to the file, and so is its name (linked in at its creation): where
-            // the file's sync commits the changes of its links, nothing is left to sync. Elsewhere
-            // the mark's directory and the name's are synced.
-            if !fileSyncCarriesNames {
-                guard fsync(directory) == 0 else { return errno }
-                let error = nodes.place(of: node).map { Backing.syncDirectory($0.parent.descriptor) } ?? 0
-                guard error == 0 else { return error }
-            }
+            guard fsync(session.shadow) == 0 else { return emptied(session.shadow, afterSyncFailedWith: errno) }
+            // The mark was a link to the file, and so is its name (linked in at its creation): the
+            // file's sync commits the changes of its links.
             return 0
         }
         if durably, !records, fsync(session.shadow) != 0 { return errno }
@@ -598,10 +588,33 @@ final class Shadows: @unchecked Sendable {
         if parent == -1 { return errno }
         defer { if let parent { close(parent) } }
         let errors = Backing.syncTogether([file, directory] + (parent.map { [$0] } ?? []))
-        // A sync that fails leaves the previous version: for a new file, the empty one
-        // (docs/atomic-replace.md, "A disk that fails").
-        if errors[0] != 0 { return ftruncate(file, 0) == 0 ? errors[0] : errno }
+        if errors[0] != 0 { return emptied(file, afterSyncFailedWith: errors[0]) }
         return errors.first { $0 != 0 } ?? 0
+    }
+
+    /// A new file whose sync failed goes back to its previous version, as a rewrite does: the
+    /// empty one (docs/atomic-replace.md, "A disk that fails"). Returns `error`, or the errno of
+    /// the truncation.
+    private func emptied(_ file: Int32, afterSyncFailedWith error: Int32) -> Int32 {
+        ftruncate(file, 0) == 0 ? error : errno
+    }
+
+    /// A new file's fsync without a record, where the file's sync carries none of its names (ext4
+    /// without a journal): nothing orders the mark's removal after the data there, so the file is
+    /// synced first, then the mark goes, and the mark's directory and the name's are synced
+    /// together. A cut before the mark's removal is durable leaves the mark, and the next mount
+    /// empties the file, as if the fsync had not begun. Returns 0 or the errno.
+    private func syncFreshUnrecorded(_ session: WriteSession, of node: Node, in nodes: NodeTable, key: BackingKey) -> Int32 {
+        // A failure leaves the previous version, the empty file: the session's discard empties it
+        // and removes its mark (docs/atomic-replace.md, "A disk that fails").
+        guard fsync(session.shadow) == 0 else { return errno }
+        guard unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT else { return errno }
+        session.shadowName = []
+        unsynced.unlinked(key)
+        let parent = nodes.place(of: node).map { Backing.openDirectory($0.parent.descriptor) }
+        if parent == -1 { return errno }
+        defer { if let parent { close(parent) } }
+        return Backing.syncTogether([directory] + (parent.map { [$0] } ?? [])).first { $0 != 0 } ?? 0
     }
 
     /// Removes the record of a shadow that was not published after all.

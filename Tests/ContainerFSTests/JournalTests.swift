@@ -3,11 +3,11 @@ import Foundation
 import XCTest
 @testable import ContainerFS
 
-/// A store on ext4 with a journal, as most stores are (the suite's other stores live wherever the
-/// temporary directory is): there a file's sync commits every change of its names with it, and a
-/// rewrite's fsync swaps first and syncs once (docs/atomic-replace.md, "Durability").
-final class JournalTests: MountedTestCase {
-    private var image: String?
+/// A store on an ext4 loop image of its own (the suite's other stores live wherever the temporary
+/// directory is), with a journal or without.
+class LoopImageTestCase: MountedTestCase {
+    /// Whether the image's ext4 has a journal.
+    var journaled: Bool { true }
     private var imageMount: URL?
 
     override func setUpWithError() throws {
@@ -15,16 +15,20 @@ final class JournalTests: MountedTestCase {
         guard Shell.run("command -v mkfs.ext4 && losetup -f").status == 0 else {
             throw XCTSkip("no mkfs.ext4 or no free loop device on this machine")
         }
-        let work = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-journal-\(UUID().uuidString)")
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-image-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: work.appendingPathComponent("disk"), withIntermediateDirectories: true)
-        image = work.appendingPathComponent("image").path
-        let made = Shell.run("truncate -s 320M \(image!) && mkfs.ext4 -q -F \(image!) && mount -o loop \(image!) \(work.path)/disk")
-        guard made.status == 0 else { throw ContainerError("the image: \(made.error)") }
+        let image = work.appendingPathComponent("image").path
+        let options = journaled ? "" : "-O ^has_journal"
+        let made = Shell.run("truncate -s 320M \(image) && mkfs.ext4 -q -F \(options) \(image) && mount -o loop \(image) \(work.path)/disk")
+        guard made.status == 0 else {
+            try? FileManager.default.removeItem(at: work)
+            throw ContainerError("the image: \(made.error)")
+        }
         imageMount = work.appendingPathComponent("disk")
         mounted = try MountedStore(base: imageMount)
         let store = open(mounted.store.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { close(store) }
-        XCTAssertTrue(Backing.fileSyncCarriesNames(onFileSystemOf: store), "the image has a journal")
+        XCTAssertEqual(Backing.fileSyncCarriesNames(onFileSystemOf: store), journaled, "the image's journal")
     }
 
     override func tearDown() {
@@ -34,7 +38,12 @@ final class JournalTests: MountedTestCase {
             try? FileManager.default.removeItem(at: imageMount.deletingLastPathComponent())
         }
     }
+}
 
+/// A store on ext4 with a journal, as most stores are: there a file's sync commits every change of
+/// its names with it, and a rewrite's fsync swaps first and syncs once (docs/atomic-replace.md,
+/// "Durability").
+final class JournalTests: LoopImageTestCase {
     /// The rewrite's data, its record and its swap reach the disk in one journal commit: one sync.
     func testARewritesFsyncIsOneSync() throws {
         // A version kept first: the first one makes the file's versions directory, which is synced.
@@ -87,5 +96,50 @@ final class JournalTests: MountedTestCase {
         XCTAssertEqual(truncate(mounted.backing() + "/Documents/stuck.txt", 1), 0)
         try mounted.remount()
         XCTAssertEqual(sh("cat Documents/stuck.txt"), "v1\n")
+    }
+}
+
+/// A store on ext4 without a journal, where nothing orders a file's writes and its names' changes
+/// but the daemon's own syncs (docs/atomic-replace.md, "Durability").
+final class NoJournalTests: LoopImageTestCase {
+    override var journaled: Bool { false }
+
+    /// A new file too large for a record (over 1 MiB): its fsync syncs the data before its mark
+    /// goes, since a cut that kept the mark's removal without the data would leave the file torn
+    /// with nothing to tell the next mount so. The mark's directory and the name's are synced after.
+    func testALargeNewFilesFsyncSyncsItsDataBeforeItsMarkGoes() throws {
+        let calls = try mounted.calls("fsync,unlinkat") {
+            syscall("""
+            f = os.open('Documents/large.bin', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(f, os.urandom(3 << 20))
+            os.fsync(f)
+            os.close(f)
+            """, errno: 0)
+        }
+        let unmark = try XCTUnwrap(calls.firstIndex { $0.contains("unlinkat(") && $0.contains("\"fresh-") }, "\(calls)")
+        let syncs = calls.indices.filter { calls[$0].contains("fsync(") }
+        XCTAssertEqual(syncs.count, 3, "the file, then the mark's directory and the name's: \(calls)")
+        XCTAssertLessThan(try XCTUnwrap(syncs.first), unmark, "the file's sync comes first: \(calls)")
+        XCTAssertEqual(syncs.filter { $0 > unmark }.count, 2, "both directories after the mark went: \(calls)")
+        try mounted.remount()
+        XCTAssertEqual(sh("stat -c %s Documents/large.bin"), "\(3 << 20)\n")
+    }
+
+    /// The same file's fsync failing (a disk failing): the writer hears it, and the file is left
+    /// empty, its previous version, there and after the next mount.
+    func testALargeNewFileWhoseSyncFailsIsLeftEmpty() throws {
+        try mounted.failing("fsync", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/failed.bin', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(f, os.urandom(3 << 20))
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
+        XCTAssertEqual(sh("stat -c %s Documents/failed.bin"), "0\n")
+        try mounted.remount()
+        XCTAssertEqual(sh("stat -c %s Documents/failed.bin"), "0\n")
     }
 }

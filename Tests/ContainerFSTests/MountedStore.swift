@@ -78,11 +78,17 @@ final class MountedStore {
 
     /// How many calls of `syscalls` (strace's list) the daemon makes while `body` runs.
     func counting(_ syscalls: String, _ body: () throws -> Void) throws -> Int {
+        try calls(syscalls, body).count
+    }
+
+    /// The calls of `syscalls` (strace's list) the daemon makes while `body` runs, in the order
+    /// they began, as strace shows them.
+    func calls(_ syscalls: String, _ body: () throws -> Void) throws -> [String] {
         let log = root.appendingPathComponent("strace-\(UUID().uuidString)").path
         try tracing(syscalls, ["-o", log], body)
         defer { try? FileManager.default.removeItem(atPath: log) }
-        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
-        return lines.filter { line in !line.contains("resumed>") && syscalls.split(separator: ",").contains { line.contains($0 + "(") } }.count
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        return lines.filter { line in !line.contains("resumed>") && syscalls.split(separator: ",").contains { line.contains($0 + "(") } }
     }
 
     /// Runs `body` while strace, with `arguments`, traces `syscall` in every thread of the daemon.
