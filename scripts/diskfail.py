@@ -13,8 +13,9 @@ changes closed with and without a sync, a large file's logged change, new files,
 directly too ("native"): its fsyncs must fail the same way. Through ContainerFS a close without a
 sync either reports the error (native's close cannot: its writeback fails later, unseen) and the
 file reads as its previous version, or, for a small file published with a record before its data is
-written, succeeds as native's does and reads as written until the disk comes back; once a background
-write has failed, closes wait for their data and report. The daemon must keep answering and unmount
+written, succeeds as native's does and reads as written until the disk comes back (a large file's
+logged change that keeps its size succeeds too, and its commit's failed sync then leaves the previous
+version); once a background write has failed, closes wait for their data and report. The daemon must keep answering and unmount
 cleanly. Then the
 disk comes back: every file has its synced content on both, the next mount serves it, and
 `containerfs check` is clean after that mount.

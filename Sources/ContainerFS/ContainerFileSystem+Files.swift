@@ -66,11 +66,11 @@ extension ContainerFileSystem {
                 let error = self.clearSetIDAfterTruncation(of: node, by: request.caller)
                 guard error == 0 else { return self.fail(request, error, access: access) }
             }
-            if writing {
-                // A change in place goes to the file once its last publish's record is gone.
-                let error = self.shadows.unsynced.waitForData(of: node.currentKey)
-                guard error == 0 else { return self.fail(request, error, access: access) }
-            }
+            // A change in place goes to the file once its last publish's record is gone; a read
+            // once the last logged change is applied (`Shadows.publishLater`).
+            let error = writing ? self.shadows.unsynced.waitForData(of: node.currentKey)
+                : self.shadows.unsynced.waitForRetirement(of: node.currentKey)
+            guard error == 0 else { return self.fail(request, error, access: access) }
             // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
             let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
             guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough,
@@ -498,6 +498,7 @@ extension ContainerFileSystem {
         // The next open asks the daemon anyway: the close need not wait for the kernel's cache.
         request.reply(error: error)
         if published { didPublish(handle.node) }
+        shadows.unsynced.startRetirements()
     }
 
     public func fsync(_ request: FuseRequest, inode: InodeNumber, dataOnly: Bool, file: FileInfo) {
@@ -514,6 +515,7 @@ extension ContainerFileSystem {
         let (error, published) = publish(handle.node, durably: true)
         request.reply(error: error)
         if published { didPublish(handle.node) }
+        shadows.unsynced.startRetirements()
     }
 
     /// Publishes a session's unpublished writes. The first publish ends the session's coordinated
@@ -550,6 +552,7 @@ extension ContainerFileSystem {
         request.replySuccess()
         // Even after a publish in flush: the kernel may hold a size from the session.
         if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }
+        shadows.unsynced.startRetirements()
     }
 
     public func fallocate(_ request: FuseRequest, inode: InodeNumber, mode: Int32, offset: off_t, length: off_t,

@@ -229,6 +229,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             access.end(tookEffect: error == 0)
             error == 0 ? self.getattr(request, inode: inode, file: nil) : request.reply(error: error)
             if published { self.didPublish(node) }
+            self.shadows.unsynced.startRetirements()
         }
     }
 

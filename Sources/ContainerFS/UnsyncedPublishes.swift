@@ -127,6 +127,8 @@ final class UnsyncedPublishes: @unchecked Sendable {
     private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], settleScheduled: Bool)>(([:], [], false))
     /// Committed logs whose files are changed but not yet synced, by file: at most one each.
     private let retiring = Locked<[BackingKey: LogRetirement]>([:])
+    /// Those of them no thread has begun (`startRetirements`).
+    private let unstarted = Locked<[(key: BackingKey, retirement: LogRetirement)]>([])
     /// Beyond this many, a publish retires its log itself: each holds two descriptors.
     static let retiringLimit = 64
     /// Set when a background write or removal failed (a disk failing): closes then wait for their
@@ -146,9 +148,13 @@ final class UnsyncedPublishes: @unchecked Sendable {
         self.versions = versions
     }
 
+    /// Whether a background write or sync failed (a disk failing): closes then wait for their
+    /// syncs again, so that their writers hear of the next failure.
+    var hasFailed: Bool { failed.load(ordering: .relaxed) }
+
     /// Whether a close may publish a file of `size` bytes without waiting for its data.
     func mayRecord(size: off_t) -> Bool {
-        size <= UnsyncedPublishes.largestRecorded && !failed.load(ordering: .relaxed)
+        size <= UnsyncedPublishes.largestRecorded && !hasFailed
             && waiting.withLock { $0.jobs.count } < UnsyncedPublishes.limit
     }
 
@@ -197,27 +203,41 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// over another). And for the retirement of a log applied to it: before a change in place,
     /// which a cut would otherwise find overwritten by the log applied again. Returns 0 or the errno.
     func waitForData(of key: BackingKey) -> Int32 {
-        if let retirement = retiring.withLock({ $0[key] }) {
-            let error = retire(retirement, of: key)
-            guard error == 0 else { return error }
-        }
+        let error = waitForRetirement(of: key)
+        guard error == 0 else { return error }
         guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
         return finish(publish)
     }
 
     // MARK: Logs waiting for their retirement
 
-    /// Takes over the retirement of a log applied to the file `key` names: on the background
-    /// queue, or by the first `waitForData` of the file. False when too many wait: the caller
-    /// retires it itself.
+    /// Takes over the retirement of a log applied to the file `key` names: done by the request
+    /// that published it, once it has answered (`startRetirements`), or first by a `waitForData`
+    /// of the file. False when too many wait: the caller retires it itself.
     func retireLater(_ retirement: LogRetirement, of key: BackingKey) -> Bool {
         let taken = retiring.withLock { retiring -> Bool in
             guard retiring.count < UnsyncedPublishes.retiringLimit, retiring[key] == nil else { return false }
             retiring[key] = retirement
             return true
         }
-        if taken { queue.async { self.retire(retirement, of: key) } }
+        if taken { unstarted.withLock { $0.append((key, retirement)) } }
         return taken
+    }
+
+    /// Does the retirements taken since on the calling thread: a request's, after its answer,
+    /// which then wakes no other thread (nor makes one: an idle queue's thread is gone after
+    /// seconds). Every request that publishes calls it.
+    func startRetirements() {
+        while let next = unstarted.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
+            retire(next.retirement, of: next.key)
+        }
+    }
+
+    /// Waits for the retirement of a log applied to the file `key` names, if one is pending:
+    /// before an open that reads the file. Returns 0 or the errno.
+    func waitForRetirement(of key: BackingKey) -> Int32 {
+        guard let retirement = retiring.withLock({ $0[key] }) else { return 0 }
+        return retire(retirement, of: key)
     }
 
     /// Whether the file `key` names has a log waiting for its retirement (its inode must not be
@@ -258,6 +278,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
 
     /// Waits for everything queued (at unmount).
     func finishAll() {
+        startRetirements()
         queue.sync {}
     }
 

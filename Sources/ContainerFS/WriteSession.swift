@@ -53,6 +53,27 @@ struct LoggedRewrite {
     var size: off_t
 }
 
+/// A logged rewrite published: the file, its log and the log's link to it, and how far its
+/// publish went (`Shadows.retire`).
+final class PublishedLog: Sendable {
+    enum Step { case commit, apply, retire, done }
+    let file: Int32
+    let log: Int32
+    let logName: [CChar]
+    let target: [CChar]
+    let key: BackingKey
+    let records: [DeltaLog.Record]
+    let step: Mutex<Step>
+
+    init(file: Int32, log: Int32, logName: [CChar], target: [CChar], key: BackingKey, records: [DeltaLog.Record], committed: Bool) {
+        (self.file, self.log, self.logName, self.target, self.key, self.records) = (file, log, logName, target, key, records)
+        step = Mutex(committed ? .apply : .commit)
+    }
+
+    /// The publish applied the log itself.
+    func applied() { step.withLock { $0 = .retire } }
+}
+
 /// Makes, publishes and discards shadows in the daemon's own directory in the store's work space.
 final class Shadows: @unchecked Sendable {
     /// An open directory on the store's filesystem (renames into the containers stay atomic).
@@ -448,7 +469,7 @@ final class Shadows: @unchecked Sendable {
                 // Where leases are not to be had (turned off, or a file of another owner), the
                 // daemon's own count decides.
                 if leased || (errno != EAGAIN && errno != EBUSY) {
-                    return renameCommits.syncing { publishLog(session, leased: leased) }
+                    return renameCommits.syncing { publishLog(session, leased: leased, durably: durably) }
                 }
             }
             let error = convertLog(session, of: node)
@@ -784,15 +805,17 @@ final class Shadows: @unchecked Sendable {
     /// link to the file beside it) and applies it to the file; the file's sync and the log's
     /// retirement follow in the background, before any change of the file in place
     /// (`UnsyncedPublishes.waitForData`). Durable once committed: a cut before the retirement
-    /// ends finds the log, which the next mount applies again. `leased`: the caller took a write
-    /// lease on the file, which this gives back.
-    private func publishLog(_ session: WriteSession, leased: Bool) -> Int32 {
+    /// ends finds the log, which the next mount applies again. A close's change that keeps the
+    /// file's size, under a lease, leaves the commit's sync and the apply to the background too
+    /// (`publishLater`). `leased`: the caller took a write lease on the file, which this gives back.
+    private func publishLog(_ session: WriteSession, leased: Bool, durably: Bool) -> Int32 {
         guard let log = session.log else { return 0 }
         var leased = leased
         defer { if leased { clinux_set_lease(log.original, 0) } }
         guard let key = Backing.key(of: log.original) else { return errno }
         let (records, _, readError) = DeltaLog.records(of: session.shadow)
         guard readError == 0 else { return readError }
+        let later = leased && !durably && !renameCommits.needed && !unsynced.hasFailed && DeltaLog.keepsSize(records, of: log.original)
         // Blocks first: a full disk refuses the change before it is committed, never halfway.
         var error = DeltaLog.reserve(records, in: log.original)
         guard error == 0 else { return error }
@@ -805,52 +828,51 @@ final class Shadows: @unchecked Sendable {
             return error
         }
         var end = log.end
-        error = fileSyncCarriesNames ? DeltaLog.commit(session.shadow, end: &end)
-            : DeltaLog.commit(session.shadow, end: &end) { log in
-                Backing.syncTogether([log, self.directory]).first { $0 != 0 } ?? 0
-            }
+        error = DeltaLog.commit(session.shadow, end: &end) { later ? 0 : self.syncLog($0) }
         guard error == 0 else {
             unlinkat(directory, target, 0)
             unsynced.unlinked(key)
             return error
         }
+        let (file, logFile, logName) = (log.original, session.shadow, session.shadowName)
+        let published = PublishedLog(file: file, log: logFile, logName: logName, target: target, key: key, records: records,
+                                     committed: !later)
+        if later {
+            if publishLater(published) {
+                leased = false
+                session.log = nil
+                session.shadow = -1
+                session.shadowName = []
+                return 0
+            }
+            error = syncLog(logFile)
+            guard error == 0 else {
+                unlinkat(directory, target, 0)
+                unsynced.unlinked(key)
+                return error
+            }
+        }
         // Committed: the change is the file's now. A failure from here on (the disk failing) is
         // tried once more, then leaves the log and its link, which unmount and the next mount apply.
-        error = DeltaLog.apply(records, of: session.shadow, to: log.original)
-        if error != 0 { error = DeltaLog.apply(records, of: session.shadow, to: log.original) }
+        error = DeltaLog.apply(records, of: logFile, to: file)
+        if error != 0 { error = DeltaLog.apply(records, of: logFile, to: file) }
         // Opens that waited for the lease see the change whole.
         if leased {
             leased = false
-            if clinux_set_lease(log.original, 0) != 0, error == 0 { error = errno }
+            if clinux_set_lease(file, 0) != 0, error == 0 { error = errno }
         }
         guard error == 0 else {
             session.shadowName = []
             return error
         }
-        let (file, logFile, logName) = (log.original, session.shadow, session.shadowName)
-        // Retired, the log goes (or becomes a spare) in the background, freeing its blocks.
-        let retireLog: @Sendable () -> Int32 = { [self] in
-            let error = retire(logFile, applying: records, to: file, key: key, target: target)
-            if error == 0 {
-                remover.async {
-                    close(logFile)
-                    self.removeOrReuse(logName)
-                }
-            }
-            return error
-        }
+        published.applied()
         // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
         // this publish's turn (`RenameCommits`).
-        let later = LogRetirement {
-            let error = retireLog()
-            if error == 0 { close(file) }
-            return error
-        }
-        if !renameCommits.needed, unsynced.retireLater(later, of: key) {
+        if !renameCommits.needed, unsynced.retireLater(LogRetirement { [self] in retire(published) }, of: key) {
             // The retirement holds the file and the log now.
             session.log = nil
         } else {
-            error = retireLog()
+            error = retire(published)
             guard error == 0 else {
                 session.shadowName = []
                 return error
@@ -859,6 +881,72 @@ final class Shadows: @unchecked Sendable {
         session.shadow = -1
         session.shadowName = []
         return 0
+    }
+
+    /// Syncs a log for its commit: with the shadow directory where a file's sync does not make
+    /// the log's names durable (a log whose names are durable without its commit is dropped, a
+    /// commit without its names is never found).
+    private func syncLog(_ log: Int32) -> Int32 {
+        fileSyncCarriesNames ? Backing.check(fsync(log)) : Backing.syncTogether([log, directory]).first { $0 != 0 } ?? 0
+    }
+
+    /// Leaves a close's logged change, committed but not synced, to the background: the commit's
+    /// sync, the apply, the retirement. The file keeps its size, and its lease holds back every
+    /// open of it until the change is applied; its times are set now, as the change's writes
+    /// would have set them. False when that cannot be: the caller goes on.
+    private func publishLater(_ published: PublishedLog) -> Bool {
+        var times = [timespec(tv_sec: 0, tv_nsec: Int(UTIME_OMIT)), timespec(tv_sec: 0, tv_nsec: Int(UTIME_NOW))]
+        guard futimens(published.file, &times) == 0 else { return false }
+        return unsynced.retireLater(LogRetirement { [self] in retire(published) }, of: published.key)
+    }
+
+    /// Takes a published log on from where it is, once each step: the commit's sync (a failure
+    /// drops the change: the file keeps its previous version, as a local disk's cache may lose
+    /// what a failing disk does not take), the apply (giving the lease back), the retirement.
+    /// Returns 0 or the errno of the step that failed, which the next call tries again.
+    private func retire(_ published: PublishedLog) -> Int32 {
+        published.step.withLock { step in
+            if step == .commit {
+                let error = syncLog(published.log)
+                guard error == 0 else {
+                    unlinkat(directory, published.target, 0)
+                    unsynced.unlinked(published.key)
+                    clinux_set_lease(published.file, 0)
+                    close(published.file)
+                    drop(published)
+                    step = .done
+                    return error
+                }
+                step = .apply
+            }
+            if step == .apply {
+                var error = DeltaLog.apply(published.records, of: published.log, to: published.file)
+                if error != 0 { error = DeltaLog.apply(published.records, of: published.log, to: published.file) }
+                // Given back even when the apply failed: opens go on, as after the failure of a
+                // close's apply (the next step applies the log again).
+                clinux_set_lease(published.file, 0)
+                guard error == 0 else { return error }
+                step = .retire
+            }
+            if step == .retire {
+                let error = retire(published.log, applying: published.records, to: published.file, key: published.key,
+                                   target: published.target)
+                guard error == 0 else { return error }
+                close(published.file)
+                drop(published)
+                step = .done
+            }
+            return 0
+        }
+    }
+
+    /// Removes a log no longer needed (or makes it a spare), in the background: freeing its
+    /// blocks costs a sixth of a cold change.
+    private func drop(_ published: PublishedLog) {
+        remover.async {
+            close(published.log)
+            self.removeOrReuse(published.logName)
+        }
     }
 
     /// A log's retirement, once it was applied to `file`: the file's sync (the log applied once

@@ -146,6 +146,13 @@ public enum DeltaLog {
         return 0
     }
 
+    /// Whether applying `records` to `target` leaves its size as it is: writes within it, no truncation.
+    public static func keepsSize(_ records: [Record], of target: Int32) -> Bool {
+        var attributes = stat()
+        guard fstat(target, &attributes) == 0 else { return false }
+        return records.allSatisfy { $0.kind == .write && $0.offset + $0.length <= attributes.st_size }
+    }
+
     /// Reserves the blocks the writes of `records` need in `target`, so that applying them cannot
     /// run out of space halfway (the file's size stays).
     public static func reserve(_ records: [Record], in target: Int32) -> Int32 {

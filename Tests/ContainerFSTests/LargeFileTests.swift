@@ -275,9 +275,26 @@ extension LargeFileTests {
 extension LargeFileTests {
     /// A committed log whose apply fails in a running mount (the disk failing just after the commit,
     /// made here by strace's fault injection: every `copy_file_range` of the daemon fails with EIO):
-    /// the writer's close reports it, and the clean unmount applies the log.
+    /// the writer's fsync reports it, and the clean unmount applies the log.
     func testAnApplyThatFailsIsReportedAndTheUnmountAppliesTheLog() throws {
-        try changeWhileCopiesFail(withAReader: false)
+        try changeWhileCopiesFail(withAReader: false, syncing: true)
+        unmountCleanlyAndFindTheChangeApplied()
+    }
+
+    /// The same at a close without a sync, whose commit and apply follow in the background: the
+    /// close hears nothing (as a local disk's close does not hear of its cache's writes), and the
+    /// clean unmount applies the log.
+    func testAClosesApplyThatFailsInTheBackgroundLeavesTheLogToTheUnmount() throws {
+        makeLargeFile()
+        try mounted.failing("copy_file_range", with: "EIO") {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'CHANGED', 4096); os.close(f)", errno: 0)
+            settle()
+            usleep(200_000)
+        }
+        unmountCleanlyAndFindTheChangeApplied()
+    }
+
+    private func unmountCleanlyAndFindTheChangeApplied() {
         let file = mounted.backing() + "/Documents/large"
         unmountCleanly()
         XCTAssertEqual(Shell.run("dd if=\(Shell.quote(file)) bs=1 skip=4096 count=7 status=none").output, "CHANGED",
@@ -305,7 +322,7 @@ extension LargeFileTests {
 extension LargeFileTests {
     /// Writes "CHANGED" at 4096 in Documents/large (a reader holding the file open meanwhile, if
     /// `withAReader`) while every `copy_file_range` of the daemon fails: the writer's close says EIO.
-    private func changeWhileCopiesFail(withAReader: Bool) throws {
+    private func changeWhileCopiesFail(withAReader: Bool, syncing: Bool = false) throws {
         makeLargeFile()
         try mounted.failing("copy_file_range", with: "EIO") {
             syscall("""
@@ -313,6 +330,8 @@ extension LargeFileTests {
             writer = os.open('Documents/large', os.O_WRONLY)
             os.pwrite(writer, b'CHANGED', 4096)
             try:
+                if \(syncing ? "True" : "False"):
+                    os.fsync(writer)
                 os.close(writer)
             finally:
                 if reader is not None:
@@ -365,6 +384,36 @@ extension LargeFileTests {
         XCTAssertEqual(Shell.run("printf LOST.. | dd of=\(Shell.quote(file)) bs=1 seek=100 conv=notrunc status=none").status, 0)
         try mounted.remount()
         XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=100 count=6 status=none"), "LOGGED")
+        XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+    }
+}
+
+extension LargeFileTests {
+    /// A close's logged change that keeps the file's size returns before its commit is synced
+    /// (each sync of the daemon is held back here for 0.3 s): the next open of the file waits
+    /// for the change, which it then reads whole, and `stat` shows the change's time at once.
+    func testAnOpenRightAfterALoggedCloseReadsTheChange() throws {
+        makeLargeFile()
+        let before = sh("stat -c %Y.%y Documents/large")
+        usleep(20_000)
+        try mounted.delaying("fsync", by: 0.3) {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'CHANGED', 4096); os.close(f)", errno: 0)
+            XCTAssertNotEqual(sh("stat -c %Y.%y Documents/large"), before, "the change's time")
+            XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=4096 count=7 status=none"), "CHANGED")
+        }
+    }
+
+    /// A daemon that stops after such a close, before the commit's sync: the commit was written,
+    /// so the next mount applies the log, as a local disk keeps a closed file's writes when the
+    /// program that wrote them dies.
+    func testALoggedCloseOutlivesADaemonThatStopsBeforeItsCommitIsSynced() throws {
+        makeLargeFile()
+        try mounted.delaying("fsync", by: 1) {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'CHANGED', 4096); os.close(f)", errno: 0)
+            mounted.crashDaemon()
+        }
+        try mounted.remount()
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=4096 count=7 status=none"), "CHANGED")
         XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
     }
 }
