@@ -54,7 +54,7 @@ struct LoggedRewrite {
 }
 
 /// A logged rewrite published: the file, its log and the log's link to it, and how far its
-/// publish went (`Shadows.retire`).
+/// publish went (`Shadows.finish`).
 final class PublishedLog: Sendable {
     enum Step { case commit, apply, retire, done }
     let file: Int32
@@ -830,8 +830,7 @@ final class Shadows: @unchecked Sendable {
         var end = log.end
         error = DeltaLog.commit(session.shadow, end: &end) { later ? 0 : self.syncLog($0) }
         guard error == 0 else {
-            unlinkat(directory, target, 0)
-            unsynced.unlinked(key)
+            dropTarget(target, of: key)
             return error
         }
         let (file, logFile, logName) = (log.original, session.shadow, session.shadowName)
@@ -847,15 +846,13 @@ final class Shadows: @unchecked Sendable {
             }
             error = syncLog(logFile)
             guard error == 0 else {
-                unlinkat(directory, target, 0)
-                unsynced.unlinked(key)
+                dropTarget(target, of: key)
                 return error
             }
         }
         // Committed: the change is the file's now. A failure from here on (the disk failing) is
         // tried once more, then leaves the log and its link, which unmount and the next mount apply.
-        error = DeltaLog.apply(records, of: logFile, to: file)
-        if error != 0 { error = DeltaLog.apply(records, of: logFile, to: file) }
+        error = apply(records, of: logFile, to: file)
         // Opens that waited for the lease see the change whole.
         if leased {
             leased = false
@@ -868,11 +865,11 @@ final class Shadows: @unchecked Sendable {
         published.applied()
         // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
         // this publish's turn (`RenameCommits`).
-        if !renameCommits.needed, unsynced.retireLater(LogRetirement { [self] in retire(published) }, of: key) {
+        if !renameCommits.needed, unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: key) {
             // The retirement holds the file and the log now.
             session.log = nil
         } else {
-            error = retire(published)
+            error = finish(published)
             guard error == 0 else {
                 session.shadowName = []
                 return error
@@ -897,20 +894,19 @@ final class Shadows: @unchecked Sendable {
     private func publishLater(_ published: PublishedLog) -> Bool {
         var times = [timespec(tv_sec: 0, tv_nsec: Int(UTIME_OMIT)), timespec(tv_sec: 0, tv_nsec: Int(UTIME_NOW))]
         guard futimens(published.file, &times) == 0 else { return false }
-        return unsynced.retireLater(LogRetirement { [self] in retire(published) }, of: published.key)
+        return unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: published.key)
     }
 
     /// Takes a published log on from where it is, once each step: the commit's sync (a failure
     /// drops the change: the file keeps its previous version, as a local disk's cache may lose
     /// what a failing disk does not take), the apply (giving the lease back), the retirement.
     /// Returns 0 or the errno of the step that failed, which the next call tries again.
-    private func retire(_ published: PublishedLog) -> Int32 {
+    private func finish(_ published: PublishedLog) -> Int32 {
         published.step.withLock { step in
             if step == .commit {
                 let error = syncLog(published.log)
                 guard error == 0 else {
-                    unlinkat(directory, published.target, 0)
-                    unsynced.unlinked(published.key)
+                    dropTarget(published.target, of: published.key)
                     clinux_set_lease(published.file, 0)
                     close(published.file)
                     drop(published)
@@ -920,8 +916,7 @@ final class Shadows: @unchecked Sendable {
                 step = .apply
             }
             if step == .apply {
-                var error = DeltaLog.apply(published.records, of: published.log, to: published.file)
-                if error != 0 { error = DeltaLog.apply(published.records, of: published.log, to: published.file) }
+                let error = apply(published.records, of: published.log, to: published.file)
                 // Given back even when the apply failed: opens go on, as after the failure of a
                 // close's apply (the next step applies the log again).
                 clinux_set_lease(published.file, 0)
@@ -938,6 +933,18 @@ final class Shadows: @unchecked Sendable {
             }
             return 0
         }
+    }
+
+    /// Applies a committed log to its file, once more if that fails (the disk failing).
+    private func apply(_ records: [DeltaLog.Record], of log: Int32, to file: Int32) -> Int32 {
+        let error = DeltaLog.apply(records, of: log, to: file)
+        return error == 0 ? 0 : DeltaLog.apply(records, of: log, to: file)
+    }
+
+    /// Removes the link of a log that was not committed to its file: it is never applied.
+    private func dropTarget(_ target: [CChar], of key: BackingKey) {
+        unlinkat(directory, target, 0)
+        unsynced.unlinked(key)
     }
 
     /// Removes a log no longer needed (or makes it a spare), in the background: freeing its

@@ -128,16 +128,8 @@ final class NoJournalTests: LoopImageTestCase {
     /// The same file's fsync failing (a disk failing): the writer hears it, and the file is left
     /// empty, its previous version, there and after the next mount.
     func testALargeNewFileWhoseSyncFailsIsLeftEmpty() throws {
-        try mounted.failing("fsync", with: "EIO") {
-            syscall("""
-            f = os.open('Documents/failed.bin', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.write(f, os.urandom(3 << 20))
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
-        }
+        try write(to: "Documents/failed.bin", bytes: "os.urandom(3 << 20)", flags: "os.O_WRONLY | os.O_CREAT | os.O_TRUNC",
+                  whileFailing: "fsync")
         XCTAssertEqual(sh("stat -c %s Documents/failed.bin"), "0\n")
         try mounted.remount()
         XCTAssertEqual(sh("stat -c %s Documents/failed.bin"), "0\n")

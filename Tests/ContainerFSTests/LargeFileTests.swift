@@ -417,3 +417,23 @@ extension LargeFileTests {
         XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
     }
 }
+
+extension LargeFileTests {
+    /// Such a close whose commit cannot be synced after its answer (every `fsync` of the daemon
+    /// fails): the change is dropped and the file reads as its previous version; after that
+    /// failure, the next logged close syncs before it answers, and reports.
+    func testALoggedCloseWhoseCommitCannotBeSyncedIsDroppedAndTheNextOneReports() throws {
+        makeLargeFile()
+        let previous = "b'\\x00\\x01\\x02\\x03\\x04\\x05\\x06'\n"
+        let read = "python3 -c \"import os; print(os.pread(os.open('Documents/large', os.O_RDONLY), 7, 4096))\""
+        try mounted.failing("fsync", with: "EIO") {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'DROPPED', 4096); os.close(f)", errno: 0)
+            settle()
+            XCTAssertEqual(sh(read), previous)
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'REFUSED', 4096); os.close(f)", errno: EIO)
+        }
+        XCTAssertEqual(sh(read), previous)
+        try mounted.remount()
+        XCTAssertEqual(sh(read), previous)
+    }
+}

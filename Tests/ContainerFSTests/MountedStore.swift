@@ -291,10 +291,15 @@ class MountedTestCase: XCTestCase {
     /// `os` flags), fsyncs it if `syncing`, and closes it, while every `call` of the daemon fails
     /// with EIO: the writer must hear EIO.
     func write(to path: String, _ content: String, flags: String, syncing: Bool = true, whileFailing call: String) throws {
+        try write(to: path, bytes: "b'\(content)'", flags: flags, syncing: syncing, whileFailing: call)
+    }
+
+    /// The same, writing what the Python expression `bytes` gives.
+    func write(to path: String, bytes: String, flags: String, syncing: Bool = true, whileFailing call: String) throws {
         try mounted.failing(call, with: "EIO") {
             syscall("""
             f = os.open('\(path)', \(flags), 0o644)
-            os.write(f, b'\(content)')
+            os.write(f, \(bytes))
             try:
                 if \(syncing ? "True" : "False"):
                     os.fsync(f)
