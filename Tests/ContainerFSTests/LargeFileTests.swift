@@ -375,15 +375,23 @@ extension LargeFileTests {
     /// daemon's back).
     func testALoggedChangeWhoseRetirementDidNotEndIsAppliedAgainAtTheNextMount() throws {
         makeLargeFile()
-        try mounted.failing("unlinkat", with: "EIO") {
-            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'LOGGED', 100); os.close(f)", errno: 0)
-            settle()
-            mounted.crashDaemon()
-        }
+        try mounted.failing("unlinkat", with: "EIO") { logAndStop("LOGGED", at: 100) }
         let file = mounted.backing() + "/Documents/large"
         XCTAssertEqual(Shell.run("printf LOST.. | dd of=\(Shell.quote(file)) bs=1 seek=100 conv=notrunc status=none").status, 0)
+        try findAfterTheNextMount("LOGGED", at: 100)
+    }
+
+    /// Writes `text` at `offset` of Documents/large, closes, and stops the daemon.
+    private func logAndStop(_ text: String, at offset: Int) {
+        syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'\(text)', \(offset)); os.close(f)", errno: 0)
+        settle()
+        mounted.crashDaemon()
+    }
+
+    /// Mounts again: the file reads `text` at `offset`, and no log is left.
+    private func findAfterTheNextMount(_ text: String, at offset: Int) throws {
         try mounted.remount()
-        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=100 count=6 status=none"), "LOGGED")
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=\(offset) count=\(text.utf8.count) status=none"), text)
         XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
     }
 }
@@ -408,13 +416,8 @@ extension LargeFileTests {
     /// program that wrote them dies.
     func testALoggedCloseOutlivesADaemonThatStopsBeforeItsCommitIsSynced() throws {
         makeLargeFile()
-        try mounted.delaying("fsync", by: 1) {
-            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'CHANGED', 4096); os.close(f)", errno: 0)
-            mounted.crashDaemon()
-        }
-        try mounted.remount()
-        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=4096 count=7 status=none"), "CHANGED")
-        XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
+        try mounted.delaying("fsync", by: 1) { logAndStop("CHANGED", at: 4096) }
+        try findAfterTheNextMount("CHANGED", at: 4096)
     }
 }
 
