@@ -125,10 +125,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     private let versions: VersionKeeper?
     private let table = Locked(MarkTable())
     private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], settleScheduled: Bool)>(([:], [], false))
-    /// Committed logs whose files are changed but not yet synced, by file: at most one each.
-    private let retiring = Locked<[BackingKey: LogRetirement]>([:])
-    /// Those of them no thread has begun (`startRetirements`).
-    private let unstarted = Locked<[(key: BackingKey, retirement: LogRetirement)]>([])
+    /// Committed logs whose files are changed but not yet synced, by file (at most one each), and
+    /// the files of those no thread has begun (`startRetirements`), in order.
+    private let retiring = Locked<(byFile: [BackingKey: LogRetirement], unstarted: [BackingKey])>(([:], []))
     /// Beyond this many, a publish retires its log itself: each holds two descriptors.
     static let retiringLimit = 64
     /// Set when a background write or removal failed (a disk failing): closes then wait for their
@@ -215,40 +214,44 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// that published it, once it has answered (`startRetirements`), or first by a `waitForData`
     /// of the file. False when too many wait: the caller retires it itself.
     func retireLater(_ retirement: LogRetirement, of key: BackingKey) -> Bool {
-        let taken = retiring.withLock { retiring -> Bool in
-            guard retiring.count < UnsyncedPublishes.retiringLimit, retiring[key] == nil else { return false }
-            retiring[key] = retirement
+        retiring.withLock { retiring -> Bool in
+            guard retiring.byFile.count < UnsyncedPublishes.retiringLimit, retiring.byFile[key] == nil else { return false }
+            retiring.byFile[key] = retirement
+            retiring.unstarted.append(key)
             return true
         }
-        if taken { unstarted.withLock { $0.append((key, retirement)) } }
-        return taken
     }
 
     /// Does the retirements taken since on the calling thread: a request's, after its answer,
     /// which then wakes no other thread (nor makes one: an idle queue's thread is gone after
     /// seconds). Every request that publishes calls it.
     func startRetirements() {
-        while let next = unstarted.withLock({ $0.isEmpty ? nil : $0.removeFirst() }) {
-            retire(next.retirement, of: next.key)
+        // One a waiter finished meanwhile is gone from `byFile`.
+        while let (key, retirement) = retiring.withLock({ retiring -> (BackingKey, LogRetirement?)? in
+            guard !retiring.unstarted.isEmpty else { return nil }
+            let key = retiring.unstarted.removeFirst()
+            return (key, retiring.byFile[key])
+        }) {
+            if let retirement { retire(retirement, of: key) }
         }
     }
 
     /// Waits for the retirement of a log applied to the file `key` names, if one is pending:
     /// before an open that reads the file. Returns 0 or the errno.
     func waitForRetirement(of key: BackingKey) -> Int32 {
-        guard let retirement = retiring.withLock({ $0[key] }) else { return 0 }
+        guard let retirement = retiring.withLock({ $0.byFile[key] }) else { return 0 }
         return retire(retirement, of: key)
     }
 
     /// Whether the file `key` names has a log waiting for its retirement (its inode must not be
     /// reused: the log's link to it would apply the log to another file after a cut).
-    func isRetiring(_ key: BackingKey) -> Bool { retiring.withLock { $0[key] != nil } }
+    func isRetiring(_ key: BackingKey) -> Bool { retiring.withLock { $0.byFile[key] != nil } }
 
     @discardableResult
     private func retire(_ retirement: LogRetirement, of key: BackingKey) -> Int32 {
         let error = retirement.run()
         if error == 0 {
-            retiring.withLock { if $0[key] === retirement { $0[key] = nil } }
+            retiring.withLock { if $0.byFile[key] === retirement { $0.byFile[key] = nil } }
         } else {
             // Left for the next wait, and the unmount or the next mount applies the log again.
             failed.store(true, ordering: .relaxed)
