@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import zlib
@@ -239,6 +240,7 @@ class Model:
         directory = image.reopen()
         if image.native:
             return self.check(directory)
+        self.before_recovery = listing(image.store)
         try:
             return self.check(image.start())
         finally:
@@ -261,10 +263,29 @@ class Model:
                 # same): a file shared live keeps a disk's rules (docs/atomic-replace.md).
                 continue
             if found not in versions:
-                torn.append((name, describe(found, versions)))
+                torn.append((name, "%s; the version synced last was the %dth of %d" % (
+                    describe(found, versions), index + 1, len(versions))))
             elif max(i for i, version in enumerate(versions) if version == found) < index:
                 lost.append((name, found[:40] if isinstance(found, bytes) else found))
         return checked, lost, torn
+
+
+def listing(store):
+    """The store's Documents and shadow directories as a cut left them, before a mount recovers
+    them: what a failing cut prints, to tell which step left what."""
+    lines = []
+    places = [os.path.join(store, "containers", APP, "Documents")]
+    shadows = os.path.join(store, "work", "shadows")
+    places += [os.path.join(shadows, name) for name in sorted(os.listdir(shadows))] if os.path.isdir(shadows) else []
+    for place in places:
+        lines.append(os.path.relpath(place, store) + ":")
+        for name in sorted(os.listdir(place)):
+            path = os.path.join(place, name)
+            attributes = os.lstat(path)
+            start = read(path)[:12] if os.path.isfile(path) else b""
+            lines.append("  %-40s ino %-6d links %d size %-7d %r" % (name, attributes.st_ino, attributes.st_nlink,
+                                                                 attributes.st_size, start))
+    return "\n".join(lines)
 
 
 def describe(found, versions):
@@ -606,7 +627,11 @@ def one_cut(root, filesystem, binary, native, label, totals, workload, lower):
             if lost or torn:
                 what += ", and again after the mount that recovered"
             unclean = image.serves(model)
-        return report(totals, label, what, checked, lost, torn, unclean)
+        failed = report(totals, label, what, checked, lost, torn, unclean)
+        if failed and getattr(model, "before_recovery", None):
+            print("  as the cut left the store, before the next mount recovered it:")
+            print(textwrap.indent(model.before_recovery, "  "))
+        return failed
     finally:
         image.remove()
 

@@ -36,19 +36,53 @@ public enum ShadowDirectory {
         guard recovery == 0 else {
             throw POSIXError(POSIXErrorCode(rawValue: recovery) ?? .EIO)
         }
+        // Each record's or mark's file, and the version a record puts back where it does not match.
+        var files: [(path: String, record: PublishRecord?, previous: String?)] = []
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
-            let error: Int32
             if name.hasPrefix(PublishRecord.replacedPrefix),
                let (previous, record) = PublishRecord.parse(String(name.dropFirst(PublishRecord.replacedPrefix.count))) {
-                error = restore(path + "/" + name, unless: record, from: path + "/" + previous)
+                files.append((path + "/" + name, record, path + "/" + previous))
             } else if name.hasPrefix(freshPrefix) {
-                error = restore(path + "/" + name, unless: PublishRecord.parse(name)?.record, from: nil)
-            } else {
-                continue
+                files.append((path + "/" + name, PublishRecord.parse(name)?.record, nil))
             }
+        }
+        // A version published without its data can be the previous version of the next one, also
+        // published without its data (an unsynced rewrite, then a synced one whose sync the cut
+        // interrupted): it is put back first, or the next one would copy what the cut left of it.
+        var byInode: [ino_t: Int] = [:]
+        for (index, file) in files.enumerated() {
+            var attributes = stat()
+            if lstat(file.path, &attributes) == 0 { byInode[attributes.st_ino] = index }
+        }
+        let firstPutBack = files.map { file -> Int? in
+            var attributes = stat()
+            guard let previous = file.previous, lstat(previous, &attributes) == 0 else { return nil }
+            return byInode[attributes.st_ino]
+        }
+        for index in restoreOrder(firstPutBack) {
+            let error = restore(files[index].path, unless: files[index].record, from: files[index].previous)
             guard error == 0 else { throw POSIXError(POSIXErrorCode(rawValue: error) ?? .EIO) }
         }
         try FileManager.default.removeItem(atPath: path)
+    }
+
+    /// The indices of `firstPutBack` in an order where each comes after the one it names (the
+    /// record whose file is its previous version); one that names itself, or a cycle, names none.
+    static func restoreOrder(_ firstPutBack: [Int?]) -> [Int] {
+        var order: [Int] = [], placed = [Bool](repeating: false, count: firstPutBack.count)
+        for start in firstPutBack.indices {
+            var chain: [Int] = []
+            var next: Int? = start
+            while let index = next, !placed[index], !chain.contains(index) {
+                chain.append(index)
+                next = firstPutBack[index]
+            }
+            for index in chain.reversed() {
+                placed[index] = true
+                order.append(index)
+            }
+        }
+        return order
     }
 
     /// Puts the file linked at `path` back to its previous version, unless it reads as `record`
