@@ -133,6 +133,11 @@ extension ContainerFileSystem {
             let session = current ?? WriteSession()
             if truncating {
                 shadows.discard(session)
+                // A new version begins: the close of the process that wrote the last one (its
+                // release still on its way) must not publish the truncation before anything of
+                // this one is written (a shell's `echo b > f` right after `echo a > f`).
+                session.lastWriter = 0
+                session.truncater = 0
             } else if session.log != nil {
                 // A log serves one writer: a second one shares an ordinary shadow.
                 let error = shadows.convertLog(session, of: node)

@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 import XCTest
 
-/// Writes are published atomically (container-semantics.md, section 4).
+/// Writes are published atomically (docs/atomic-replace.md).
 final class AtomicReplaceTests: MountedTestCase {
     func testReaderKeepsTheVersionItOpened() {
         sh("python3 -c \"open('Documents/v', 'w').write('A' * 100000)\"")
@@ -123,6 +123,30 @@ final class AtomicReplaceTests: MountedTestCase {
         XCTAssertEqual(sh("cat Documents/k"), "intact\n")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: mounted.store.workPath + "/shadows").count, 1,
                        "one directory of shadows: this daemon's")
+    }
+
+    /// `echo a > f; echo b > f`: the second truncating open can come before the kernel's release of
+    /// the first, and joins its session; the shell then closes its first descriptor before writing.
+    /// That close must not publish the empty truncation (a reader would find the file empty) though
+    /// the same process wrote the version before. Here a second descriptor holds the first open.
+    func testATruncatingOpenRightAfterAWriterDoesNotPublishTheEmptyFile() {
+        syscall("""
+        first = os.open('Documents/quick', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(first, b'a\\n')
+        held = os.dup(first)
+        os.close(first)   # published; `held` keeps the open file, as a release on its way would
+        assert open('Documents/quick', 'rb').read() == b'a\\n'
+        second = os.open('Documents/quick', os.O_WRONLY | os.O_TRUNC)
+        out = os.dup(second)
+        os.close(second)  # the shell's close after dup2, before anything is written
+        seen = open('Documents/quick', 'rb').read()
+        assert seen == b'a\\n', seen
+        os.write(out, b'b\\n')
+        os.close(out)
+        os.close(held)
+        seen = open('Documents/quick', 'rb').read()
+        assert seen == b'b\\n', seen
+        """, errno: 0)
     }
 
     func testANewFileMadeFromASpareLooksNewlyMade() {
