@@ -7,7 +7,7 @@ import Glibc
 import Synchronization
 
 /// A file's writes between the first open for writing and the last close, made to a shadow copy
-/// and published by renaming the shadow over the file (container-semantics.md, section 4).
+/// and published by renaming the shadow over the file (docs/atomic-replace.md).
 /// Guarded by its node's `session` lock.
 final class WriteSession {
     /// The shadow, open for reading and writing; -1 between a publish and the next write.

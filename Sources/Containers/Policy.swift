@@ -2,7 +2,7 @@
 import Glibc
 #endif
 
-/// The policy table of `container-semantics.md` section 2.
+/// What each operation may do in each zone (docs/policy.md).
 ///
 /// Each check answers `0` when the operation is allowed, or the errno to fail it with.
 /// Policy holds for every caller, root included; ordinary mode bits are the kernel's

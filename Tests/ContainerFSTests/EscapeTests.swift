@@ -1,7 +1,7 @@
 import Glibc
 import XCTest
 
-/// No operation turns a denied write into an allowed one (container-semantics.md, section 2).
+/// No operation turns a denied write into an allowed one (docs/policy.md).
 /// Each attempt is a system call with its exact errno.
 final class EscapeTests: MountedTestCase {
     func testHardLinksOutOfReadOnlyPlaces() {

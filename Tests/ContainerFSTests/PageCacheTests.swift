@@ -3,7 +3,7 @@ import Glibc
 import XCTest
 
 /// Readers of atomically replaced files keep their version whatever the kernel hears about the
-/// file meanwhile (container-semantics.md, section 4); files written in place keep their cached
+/// file meanwhile (docs/atomic-replace.md); files written in place keep their cached
 /// pages while they do not change.
 final class PageCacheTests: MountedTestCase {
     /// Python that counts the pages of a file the kernel holds (mincore on a mapping).

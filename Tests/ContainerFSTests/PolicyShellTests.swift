@@ -1,7 +1,7 @@
 import Glibc
 import XCTest
 
-/// Every row of the policy table (container-semantics.md, section 2), from the shell.
+/// Every row of the policy table (docs/policy.md), from the shell.
 final class PolicyShellTests: MountedTestCase {
     func testMountRootListsAppsAndTakesNothingNew() {
         let root = mounted.mountPoint

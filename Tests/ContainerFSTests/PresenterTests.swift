@@ -4,7 +4,7 @@ import Glibc
 import XCTest
 
 /// A presenter in another process (`containerfs watch --json`) hears, in order, what ordinary
-/// programs do through the mount (container-semantics.md, section 3.2).
+/// programs do through the mount (docs/coordination.md, "Presenters and messages").
 final class PresenterTests: MountedTestCase {
     /// A running `containerfs watch --json` and the events it printed so far.
     final class Watcher {
