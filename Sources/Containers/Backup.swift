@@ -367,8 +367,7 @@ private final class Unpacker {
         var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let length = readlink(base + "/" + components.joined(separator: "/"), &target, Int(PATH_MAX))
         guard length >= 0 else { return nil }
-        target[length] = 0
-        return String(cString: target)
+        return String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

@@ -51,19 +51,24 @@ public enum ShadowDirectory {
         // interrupted): it is put back first, or the next one would copy what the cut left of it.
         var byInode: [ino_t: Int] = [:]
         for (index, file) in files.enumerated() {
-            var attributes = stat()
-            if lstat(file.path, &attributes) == 0 { byInode[attributes.st_ino] = index }
+            if let inode = try inode(at: file.path) { byInode[inode] = index }
         }
-        let firstPutBack = files.map { file -> Int? in
-            var attributes = stat()
-            guard let previous = file.previous, lstat(previous, &attributes) == 0 else { return nil }
-            return byInode[attributes.st_ino]
-        }
+        let firstPutBack = try files.map { file in try file.previous.flatMap(inode(at:)).flatMap { byInode[$0] } }
         for index in restoreOrder(firstPutBack) {
             let error = restore(files[index].path, unless: files[index].record, from: files[index].previous)
             guard error == 0 else { throw POSIXError(POSIXErrorCode(rawValue: error) ?? .EIO) }
         }
         try FileManager.default.removeItem(atPath: path)
+    }
+
+    /// The inode number of the file at `path`, nil if there is none.
+    private static func inode(at path: String) throws -> ino_t? {
+        var attributes = stat()
+        guard lstat(path, &attributes) == 0 else {
+            guard errno == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            return nil
+        }
+        return attributes.st_ino
     }
 
     /// The indices of `firstPutBack` in an order where each comes after the one it names (the
