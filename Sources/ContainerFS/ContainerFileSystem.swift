@@ -222,7 +222,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             var published = false
             var error: Int32 = 0
             if fields.contains(.size) {
-                error = self.truncate(node, to: new.st_size, by: file == nil ? 0 : request.caller.pid, published: &published)
+                error = self.truncate(node, to: new.st_size, through: file.map { Handle.get($0, as: OpenFile.self) },
+                                      by: file == nil ? 0 : request.caller.pid, published: &published)
             }
             if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
             if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
@@ -234,8 +235,17 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     }
 
     /// Truncates a file: in place, in its write session, or as a write session of its own.
-    /// `truncater`: the thread that truncates through a descriptor of the session, or 0.
-    private func truncate(_ node: Node, to size: off_t, by truncater: pid_t, published: inout Bool) -> Int32 {
+    /// `handle`: the descriptor it is truncated through (`ftruncate`), if any; `truncater`: the
+    /// thread that truncates through a descriptor of the session, or 0.
+    private func truncate(_ node: Node, to size: off_t, through handle: OpenFile?, by truncater: pid_t,
+                          published: inout Bool) -> Int32 {
+        // A descriptor opened in place (the file was live then) truncates in place, as it writes,
+        // even once the file is live no more: as a session's writer, its own open would count as
+        // a reader to leave the node to, and `ftruncate` never retries an ESTALE.
+        if let handle, !handle.writesThroughSession, handle.descriptor >= 0 {
+            let error = shadows.unsynced.waitForData(of: node.currentKey)
+            return error != 0 ? error : Backing.check(ftruncate(handle.descriptor, size))
+        }
         guard !writesInPlace(node) else {
             let error = shadows.unsynced.waitForData(of: node.currentKey)
             guard error == 0 else { return error }
