@@ -242,14 +242,11 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         // A descriptor opened in place (the file was live then) truncates in place, as it writes,
         // even once the file is live no more: as a session's writer, its own open would count as
         // a reader to leave the node to, and `ftruncate` never retries an ESTALE.
-        if let handle, !handle.writesThroughSession, handle.descriptor >= 0 {
-            let error = shadows.unsynced.waitForData(of: node.currentKey)
-            return error != 0 ? error : Backing.check(ftruncate(handle.descriptor, size))
-        }
-        guard !writesInPlace(node) else {
+        let inPlaceDescriptor = handle.flatMap { !$0.writesThroughSession && $0.descriptor >= 0 ? $0.descriptor : nil }
+        if inPlaceDescriptor != nil || writesInPlace(node) {
             let error = shadows.unsynced.waitForData(of: node.currentKey)
             guard error == 0 else { return error }
-            return Backing.check(node.withProcPath { Glibc.truncate($0, size) })
+            return Backing.check(inPlaceDescriptor.map { ftruncate($0, size) } ?? node.withProcPath { Glibc.truncate($0, size) })
         }
         return node.withSession { current in
             // truncate(2) looks the name up again on ESTALE, for a node of its own.
