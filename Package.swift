@@ -17,12 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.0.0"..<"5.0.0"),
     ],
     targets: [
-        // libfuse3 from Debian's libfuse3-dev, found through pkg-config.
-        .systemLibrary(
-            name: "CFuse",
-            pkgConfig: "fuse3",
-            providers: [.apt(["libfuse3-dev"])]
-        ),
+        // libfuse3 from Debian's libfuse3-dev (scripts/setup.sh installs it) and the C shim over it.
+        .target(name: "CFuse", linkerSettings: [.linkedLibrary("fuse3")]),
         // Linux calls that Swift's Glibc module leaves out.
         .target(name: "CLinux"),
         // A thin Swift layer over libfuse's low-level API. Knows nothing about containers.

@@ -96,11 +96,10 @@ final class DirectoryHandle {
     }
 
     func readLink(_ name: String) throws -> String {
-        var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        var target = [CChar](repeating: 0, count: Int(PATH_MAX))
         let length = readlinkat(fd, name, &target, Int(PATH_MAX))
         guard length >= 0 else { throw posixError("readlink", path + "/" + name) }
-        target[length] = 0
-        return String(cString: target)
+        return String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

@@ -1,10 +1,13 @@
 // The libfuse3 low-level API as Swift sees it. Function-like macros and
-// versioned symbols are not importable, so they get small inline wrappers here.
-#ifndef CONTAINERFS_CFUSE_SHIM_H
-#define CONTAINERFS_CFUSE_SHIM_H
+// versioned symbols are not importable, so they get small inline wrappers here. A C target (not a
+// system library) so that the build sees when this header changes.
+#ifndef CONTAINERFS_CFUSE_H
+#define CONTAINERFS_CFUSE_H
 
 #define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
-#include <fuse_lowlevel.h>
+// Through its directory: a C target does not take pkg-config flags, and the headers include
+// their neighbours by their own names.
+#include <fuse3/fuse_lowlevel.h>
 #include <errno.h>
 #include <stddef.h>
 
