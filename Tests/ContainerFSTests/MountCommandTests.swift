@@ -361,4 +361,36 @@ final class MountCommandTests: XCTestCase {
         }
         XCTAssertEqual(holding, [], "no shadow is left holding the space")
     }
+
+    /// A writer's failed write spoils its version, not the next one: a truncating open starts a
+    /// new version, which its own close publishes (it was discarded, and its close failed, with
+    /// the first writer's error).
+    func testATruncationAfterAFailedWriteStartsAVersionOfItsOwn() throws {
+        let store = try smallStore(megabytes: 6)
+        XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
+        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
+        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        XCTAssertEqual(Shell.run("echo old > f", in: documents).status, 0)
+        let script = """
+            import errno, os
+            first = os.open("f", os.O_WRONLY)
+            try:
+                for _ in range(64): os.write(first, b"x" * (1 << 20))
+                raise SystemExit("the disk never filled")
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+            second = os.open("f", os.O_WRONLY | os.O_TRUNC)
+            os.write(second, b"new\\n")
+            os.close(second)
+            print(open("f").read(), end="")
+            try:
+                os.close(first)
+            except OSError as error:
+                print("first:", error.strerror)
+            """
+        let result = Shell.run("python3 -c \(Shell.quote(script))", in: documents)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertEqual(result.output, "new\n", "the truncating writer's version is published at its close")
+        XCTAssertEqual(Shell.run("cat f", in: documents).output, "new\n")
+    }
 }
