@@ -40,6 +40,13 @@ final class MountCommandTests: XCTestCase {
         return store
     }
 
+    /// Mounts `store` at the mount point until the test ends: its app's Documents.
+    private func mountedDocuments(of store: Store) -> String {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
+        addTeardownBlock { _ = self.containerfs("unmount \(Shell.quote(self.mountPoint))") }
+        return mountPoint + "/" + SampleApps.notes + "/Documents"
+    }
+
     private var isMounted: Bool {
         ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountPoint) ")
     }
@@ -340,9 +347,7 @@ final class MountCommandTests: XCTestCase {
 
     func testAFullDiskFailsTheWriteAndLosesNothing() throws {
         let store = try smallStore(megabytes: 6)
-        XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
-        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
-        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        let documents = mountedDocuments(of: store)
         XCTAssertEqual(Shell.run("head -c 1M /dev/urandom > keep && md5sum keep > keep.md5", in: documents).status, 0)
         // Rewriting it with more than the disk holds fails, and the previous version stays whole.
         let overwrite = Shell.run("head -c 16M /dev/zero > keep", in: documents)
@@ -367,9 +372,7 @@ final class MountCommandTests: XCTestCase {
     /// the first writer's error).
     func testATruncationAfterAFailedWriteStartsAVersionOfItsOwn() throws {
         let store = try smallStore(megabytes: 6)
-        XCTAssertEqual(containerfs("mount \(Shell.quote(store.root)) \(Shell.quote(mountPoint))").status, 0)
-        defer { _ = containerfs("unmount \(Shell.quote(mountPoint))") }
-        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        let documents = mountedDocuments(of: store)
         XCTAssertEqual(Shell.run("echo old > f", in: documents).status, 0)
         let script = """
             import errno, os
