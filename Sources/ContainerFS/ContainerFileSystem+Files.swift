@@ -138,8 +138,6 @@ extension ContainerFileSystem {
                 // this one is written (a shell's `echo b > f` right after `echo a > f`).
                 session.lastWriter = 0
                 session.truncater = 0
-                // A failed write spoiled the version discarded here, not this one.
-                session.failure = 0
             } else if session.log != nil {
                 // A log serves one writer: a second one shares an ordinary shadow.
                 let error = shadows.convertLog(session, of: node)

@@ -448,11 +448,7 @@ final class Shadows: @unchecked Sendable {
     func publish(_ session: WriteSession, of node: Node, in nodes: NodeTable, durably: Bool) -> Int32 {
         guard session.shadow >= 0 else { return 0 }
         defer { discard(session) }
-        guard session.failure == 0 else {
-            let failure = session.failure
-            session.failure = 0
-            return failure
-        }
+        guard session.failure == 0 else { return session.failure }
         guard session.dirty else { return 0 }
         session.dirty = false
         if let log = session.log {
@@ -711,7 +707,8 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// Closes the shadow and removes it if it was not published. A fresh file goes back to its
-    /// published version, empty.
+    /// published version, empty. A failed write's error goes with it: it spoiled that shadow only (a
+    /// truncating open that discards it starts a version its own close publishes).
     func discard(_ session: WriteSession) {
         if session.fresh, !session.shadowName.isEmpty {
             // Linux's ftruncate sets the times even when the size stays: an empty file keeps the
@@ -733,6 +730,7 @@ final class Shadows: @unchecked Sendable {
         session.shadow = -1
         session.shadowName = []
         session.dirty = false
+        session.failure = 0
         session.fresh = false
         session.markKey = nil
     }
