@@ -33,9 +33,7 @@ public enum ShadowDirectory {
     /// do), and the error says why.
     public static func remove(atPath path: String) throws {
         let recovery = DeltaLog.recover(inDirectoryAt: path)
-        guard recovery == 0 else {
-            throw POSIXError(POSIXErrorCode(rawValue: recovery) ?? .EIO)
-        }
+        guard recovery == 0 else { throw error(recovery) }
         // Each record's or mark's file, and the version a record puts back where it does not match.
         var files: [(path: String, record: PublishRecord?, previous: String?)] = []
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
@@ -56,16 +54,19 @@ public enum ShadowDirectory {
         let firstPutBack = try files.map { file in try file.previous.flatMap(inode(at:)).flatMap { byInode[$0] } }
         for index in restoreOrder(firstPutBack) {
             let error = restore(files[index].path, unless: files[index].record, from: files[index].previous)
-            guard error == 0 else { throw POSIXError(POSIXErrorCode(rawValue: error) ?? .EIO) }
+            guard error == 0 else { throw Self.error(error) }
         }
         try FileManager.default.removeItem(atPath: path)
     }
+
+    /// The error `code` (an errno) names.
+    private static func error(_ code: Int32) -> POSIXError { POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO) }
 
     /// The inode number of the file at `path`, nil if there is none.
     private static func inode(at path: String) throws -> ino_t? {
         var attributes = stat()
         guard lstat(path, &attributes) == 0 else {
-            guard errno == ENOENT else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            guard errno == ENOENT else { throw error(errno) }
             return nil
         }
         return attributes.st_ino
