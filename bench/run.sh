@@ -27,8 +27,7 @@ fi
 
 # Builds.
 echo "bench: building containerfs (release)"
-(cd "$root" && swift build -c release --product containerfs)
-containerfs="$(cd "$root" && swift build -c release --show-bin-path)/containerfs"
+containerfs="$("$root/scripts/build.sh" --release)"
 examples=/usr/share/doc/libfuse3-dev/examples
 mkdir -p "$bench/build"
 if [ ! -x "$bench/build/passthrough_ll" ] || [ "$examples/passthrough_ll.c" -nt "$bench/build/passthrough_ll" ]; then

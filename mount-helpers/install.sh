@@ -2,10 +2,7 @@
 # Installs containerfs (a release build) and its mount helpers system-wide. Run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-export PATH="/opt/swift/usr/bin:$PATH"
-swift build -c release --product containerfs
-install -m 0755 "$(swift build -c release --show-bin-path)/containerfs" /usr/local/bin/containerfs
+install -m 0755 "$(scripts/build.sh --release)" /usr/local/bin/containerfs
 install -m 0755 mount-helpers/mount.fuse.containerfs /sbin/mount.fuse.containerfs
 install -m 0644 mount-helpers/containerfs@.service /etc/systemd/system/containerfs@.service
 install -d /etc/containerfs /usr/local/share/doc/containerfs

@@ -8,6 +8,4 @@ source=""
 if [ "${1:-}" = "--source" ]; then source="$2"; shift 2; fi
 scripts/setup.sh autoconf automake make gcc
 source="$(scripts/suite-source.sh pjdfstest https://github.com/pjd/pjdfstest configure.ac "$source")"
-export PATH="/opt/swift/usr/bin:$PATH"
-swift build -c release --product containerfs >&2
-exec python3 scripts/conformance.py "$(swift build -c release --show-bin-path)/containerfs" "$source" "$@"
+exec python3 scripts/conformance.py "$(scripts/build.sh --release)" "$source" "$@"

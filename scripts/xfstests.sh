@@ -13,6 +13,4 @@ scripts/setup.sh acl attr automake bc e2fsprogs fio gawk gcc git indent libacl1-
   libcap-dev libgdbm-dev libgdbm-compat-dev libtool libtool-bin liburing-dev make psmisc python3 quota sed \
   uuid-dev uuid-runtime xfsprogs xfslibs-dev
 source="$(scripts/suite-source.sh xfstests https://github.com/kdave/xfstests check "$source")"
-export PATH="/opt/swift/usr/bin:$PATH"
-swift build -c release --product containerfs >&2
-exec python3 scripts/xfstests.py "$(swift build -c release --show-bin-path)/containerfs" "$source" "$@"
+exec python3 scripts/xfstests.py "$(scripts/build.sh --release)" "$source" "$@"
