@@ -328,7 +328,7 @@ extension ContainerFileSystem {
         let path: OpenPath = node.openHandle(opening, passthrough: nil, in: nodes) { descriptor }?.path ?? .shared
         visible(&attributes, of: node)
         var entry = fuse_entry_param()
-        entry.ino = nodes.inodeNumber(of: node)
+        identify(node, in: &entry)
         entry.attr = attributes
         entry.attr_timeout = timeouts.attributes
         entry.entry_timeout = timeouts.entries

@@ -134,11 +134,17 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
                                         name: name, for: uid) else { return EMFILE }
         visible(&attributes, of: node)
-        entry.ino = nodes.inodeNumber(of: node)
+        identify(node, in: &entry)
         entry.attr = attributes
         entry.attr_timeout = attributeTimeout(of: node)
         entry.entry_timeout = timeouts.entries
         return 0
+    }
+
+    /// Names `node` in an entry for the kernel: its inode number and generation.
+    func identify(_ node: Node, in entry: inout fuse_entry_param) {
+        entry.ino = nodes.inodeNumber(of: node)
+        entry.generation = UInt64(node.generation)
     }
 
     /// Answers a request that made `name` in `parent` with its entry.

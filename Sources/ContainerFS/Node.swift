@@ -35,6 +35,11 @@ final class Node: @unchecked Sendable {
     /// open item still answers; closed only with the node, as another thread may be using it.
     private let pinned = Atomic<Int32>(-1)
     let fileType: mode_t
+    /// Tells the kernel's file handles of this node from those of an earlier node at the same
+    /// address (its inode number for the kernel): a handle kept past its file's removal must not
+    /// open the next file made (`open_by_handle_at`, an NFS export). 0 for the root, as the kernel
+    /// made it; constant for the node's life (the kernel takes another as a new inode).
+    let generation: UInt32
     /// The inode number `stat` shows: kept when a publish replaces the backing file.
     let exposedInode: UInt64
     /// The kernel's reference count; guarded by the node table's lock.
@@ -71,10 +76,12 @@ final class Node: @unchecked Sendable {
     let inPlaceAnswer = Atomic<UInt64>(0)
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
-    init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8]) {
+    init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8],
+         generation: UInt32 = 0) {
         self.descriptor = descriptor
         self.key = BackingKey(attributes)
         self.fileType = attributes.st_mode & S_IFMT
+        self.generation = generation
         self.exposedInode = exposedInode
         self.zoneValue = Atomic(zone.rawValue)
         self.parent = parent
@@ -353,6 +360,15 @@ final class NodeTable: @unchecked Sendable {
         /// The charge of each node that holds a directory's descriptor for a counted user's lookup,
         /// given back (by dropping it) when the kernel forgets the node.
         var charged: [ObjectIdentifier: DescriptorCharge] = [:]
+        /// The last node's generation; from a random start, so that handles kept across a remount
+        /// do not match the new mount's nodes at the same addresses either.
+        var generation = UInt32.random(in: 1 ... .max)
+
+        /// A generation for a new node: never the root's 0.
+        mutating func nextGeneration() -> UInt32 {
+            generation = generation == .max ? 1 : generation + 1
+            return generation
+        }
 
         /// Indexes `node` under `key`, for a file new to the table. A node whose file had that
         /// number has lost it (the number was reused), and must never stand for the new one.
@@ -439,7 +455,7 @@ final class NodeTable: @unchecked Sendable {
                     }
                 }
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
-                                zone: zone, parent: parent, name: name.copy)
+                                zone: zone, parent: parent, name: name.copy, generation: state.nextGeneration())
                 node.lookups = 1
                 if !state.awaitingWriter.isEmpty, let until = state.awaitingWriter[key] { node.sharing.awaitWriter(until: until) }
                 // The kernel's references keep the node alive, whatever the index says later.
@@ -471,7 +487,7 @@ final class NodeTable: @unchecked Sendable {
     func rememberUnnamed(pin: Int32, attributes: stat, zone: Zone, parent: Node) -> Node {
         state.withLock { state in
             let node = Node(descriptor: -1, attributes: attributes, exposedInode: state.exposedInode(for: BackingKey(attributes)),
-                            zone: zone, parent: parent, name: [])
+                            zone: zone, parent: parent, name: [], generation: state.nextGeneration())
             _ = node.pin(pin)
             node.lookups = 1
             _ = Unmanaged.passRetained(node)

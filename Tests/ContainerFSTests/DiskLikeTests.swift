@@ -21,6 +21,39 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
+    func testAFileHandleNeverOpensAnotherFile() {
+        // A file handle (`name_to_handle_at`, as an NFS server keeps them) names the kernel's inode
+        // number and a generation. The daemon's inode numbers are its nodes' addresses, which a
+        // node made after another was freed may get: a handle of the removed file then names the
+        // new one, and only the generation tells them apart. The stale handle is made here by
+        // giving one file's handle the other's generation.
+        everywhere("""
+        python3 - <<'EOF'
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        class Handle(ctypes.Structure):
+            _fields_ = [("size", ctypes.c_uint), ("type", ctypes.c_int), ("bytes", ctypes.c_ubyte * 128)]
+        def handle(name):
+            found, mount = Handle(size=128), ctypes.c_int()
+            assert libc.name_to_handle_at(-100, name.encode(), ctypes.byref(found), ctypes.byref(mount), 0) == 0
+            return found
+        def read(found):
+            descriptor = libc.open_by_handle_at(here, ctypes.byref(found), os.O_RDONLY)
+            if descriptor < 0: return os.strerror(ctypes.get_errno())
+            with os.fdopen(descriptor) as opened: return opened.read()
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+        open("old", "w").write("old"); open("new", "w").write("new")
+        old, new = handle("old"), handle("new")
+        print(read(old), read(new))
+        # Where the generation is: ext4's handles are (inode, generation), FUSE's (node id, generation).
+        at = {1: 4, 0x81: 8}[new.type]
+        stale = Handle.from_buffer_copy(new)
+        stale.bytes[at:at + 4] = old.bytes[at:at + 4]
+        print(read(stale))
+        EOF
+        """, expected: "old new\nStale file handle\n")
+    }
+
     func testNewItemsHaveTheModeAskedForWhateverTheDaemonsUmask() {
         // The kernel applies the caller's umask; the daemon's own (022 here) must not be applied again.
         XCTAssertNotEqual(Self.daemonUmask, 0, "the daemon's umask would hide the difference")
