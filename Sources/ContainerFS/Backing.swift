@@ -64,9 +64,9 @@ enum Backing {
     }
 
     /// Runs `body` with a NUL-terminated copy of a name kept as bytes.
-    static func withCName<R>(_ name: [UInt8], _ body: (UnsafePointer<CChar>) -> R) -> R {
+    static func withCName<Name: Collection<UInt8>, R>(_ name: Name, _ body: (UnsafePointer<CChar>) -> R) -> R {
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: name.count + 1) { buffer in
-            for index in 0..<name.count { buffer[index] = CChar(bitPattern: name[index]) }
+            for (index, byte) in name.enumerated() { buffer[index] = CChar(bitPattern: byte) }
             buffer[name.count] = 0
             return body(buffer.baseAddress!)
         }

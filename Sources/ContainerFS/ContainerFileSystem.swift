@@ -54,7 +54,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let (attributes, error) = Backing.attributes(of: rootDescriptor)
         guard error == 0 else { throw FuseError("cannot read the store's root: \(String(cString: strerror(error)))") }
         nodes = NodeTable(root: Node(descriptor: rootDescriptor, attributes: attributes, exposedInode: UInt64(attributes.st_ino),
-                                     zone: rootZone, parent: nil, name: []))
+                                     zone: rootZone, parent: nil, name: .empty))
         self.coordination = coordination
         shadows = Shadows(directory: shadowDirectory, logThreshold: largeFile, versions: versions)
         versions?.announce = { [coordination] version, path in coordination.announceVersion(version, of: path) }

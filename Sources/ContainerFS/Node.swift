@@ -44,6 +44,13 @@ final class Node: @unchecked Sendable {
     let exposedInode: UInt64
     /// The kernel's reference count; guarded by the node table's lock.
     var lookups: UInt64 = 0
+    /// The backing file now, and the parent and name it was last seen under. Written under the
+    /// node table's lock and the node's place lock; read under either (requests take the latter).
+    private(set) var key: BackingKey
+    private(set) var parent: Node?
+    private(set) var name: NodeName
+    // The zone and the count of open handles fill what the name leaves of its last word: stored
+    // properties are laid out in the order declared, and a node per file adds up.
     /// Where the node sits, which decides its policy. Read on every request without the table's
     /// lock, so it is atomic; it changes only when the item moves out of the Inbox.
     private let zoneValue: Atomic<UInt8>
@@ -51,11 +58,8 @@ final class Node: @unchecked Sendable {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
-    /// The backing file now, and the parent and name it was last seen under. Written under the
-    /// node table's lock and the node's place lock; read under either (requests take the latter).
-    private(set) var key: BackingKey
-    private(set) var parent: Node?
-    private(set) var name: [UInt8]
+    /// Files open on the node through the mount (a purge leaves these alone).
+    let openHandles = Atomic<Int32>(0)
     /// The file a publish is renaming `key`'s over, until the rename is done: the name leads to
     /// either meanwhile.
     private var replacedKey: BackingKey?
@@ -69,14 +73,12 @@ final class Node: @unchecked Sendable {
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
     private static let placeLocks = (0..<64).map { _ in PlainMutex() }
-    /// Files open on the node through the mount (a purge leaves these alone).
-    let openHandles = Atomic<Int>(0)
     /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
     /// past the generation it was asked in (0: never asked).
     let inPlaceAnswer = Atomic<UInt64>(0)
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
-    init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: [UInt8],
+    init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: NodeName,
          generation: UInt32 = 0) {
         self.descriptor = descriptor
         self.key = BackingKey(attributes)
@@ -188,7 +190,7 @@ final class Node: @unchecked Sendable {
 
     private struct Place {
         let parent: Node?
-        let name: [UInt8]
+        let name: NodeName
         let key: BackingKey
         let replaced: BackingKey?
 
@@ -207,13 +209,13 @@ final class Node: @unchecked Sendable {
     }
 
     /// The parent and name the node was last seen under (nil for the root).
-    var lastSeen: (parent: Node, name: [UInt8])? {
+    var lastSeen: (parent: Node, name: NodeName)? {
         let place = place
         return place.parent.map { ($0, place.name) }
     }
 
     /// Changes the node's place; the caller holds the node table's lock.
-    func setPlace(parent: Node, name: [UInt8]) {
+    func setPlace(parent: Node, name: NodeName) {
         Node.placeLocks[stripe].withLock {
             self.parent = parent
             self.name = name
@@ -282,7 +284,7 @@ final class Node: @unchecked Sendable {
         let place = place
         var attributes = stat()
         guard let parent = place.parent, !evicted.load(ordering: .acquiring) else { return (attributes, ESTALE) }
-        let result = Backing.withCName(place.name) { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
+        let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
         guard result == 0 else { return (attributes, errno == ENOENT ? ESTALE : errno) }
         return (attributes, place.isMine(BackingKey(attributes)) ? 0 : ESTALE)
     }
@@ -321,7 +323,7 @@ final class Node: @unchecked Sendable {
             errno = ESTALE
             return -1
         }
-        let descriptor = Backing.withCName(place.name) { Backing.openPath($0, in: parent.descriptor) }
+        let descriptor = place.name.withCString { Backing.openPath($0, in: parent.descriptor) }
         guard descriptor >= 0 else {
             if errno == ENOENT { errno = ESTALE }
             return -1
@@ -442,7 +444,7 @@ final class NodeTable: @unchecked Sendable {
                     guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
                     if descriptor >= 0 { close(descriptor) }
                     existing.lookups += 1
-                    if !placed { existing.setPlace(parent: parent, name: name.copy) }
+                    if !placed { existing.setPlace(parent: parent, name: NodeName(name.bytes)) }
                     if existing.zone != zone { existing.zone = zone }
                     return (existing, true)
                 }
@@ -455,7 +457,7 @@ final class NodeTable: @unchecked Sendable {
                     }
                 }
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
-                                zone: zone, parent: parent, name: name.copy, generation: state.nextGeneration())
+                                zone: zone, parent: parent, name: NodeName(name.bytes), generation: state.nextGeneration())
                 node.lookups = 1
                 if !state.awaitingWriter.isEmpty, let until = state.awaitingWriter[key] { node.sharing.awaitWriter(until: until) }
                 // The kernel's references keep the node alive, whatever the index says later.
@@ -487,7 +489,7 @@ final class NodeTable: @unchecked Sendable {
     func rememberUnnamed(pin: Int32, attributes: stat, zone: Zone, parent: Node) -> Node {
         state.withLock { state in
             let node = Node(descriptor: -1, attributes: attributes, exposedInode: state.exposedInode(for: BackingKey(attributes)),
-                            zone: zone, parent: parent, name: [], generation: state.nextGeneration())
+                            zone: zone, parent: parent, name: .empty, generation: state.nextGeneration())
             _ = node.pin(pin)
             node.lookups = 1
             _ = Unmanaged.passRetained(node)
@@ -646,7 +648,7 @@ final class NodeTable: @unchecked Sendable {
             guard let moved = state.nodes[key],
                   moved.holdsItem || moved.parent === oldParent && moved.name.elementsEqual(oldName) else { return [] }
             let oldZone = moved.zone
-            moved.setPlace(parent: parent, name: name.copy)
+            moved.setPlace(parent: parent, name: NodeName(name.bytes))
             moved.zone = zone
             moved.inPlaceAnswer.store(0, ordering: .relaxed)
             guard oldZone != zone else { return [] }
@@ -665,10 +667,10 @@ final class NodeTable: @unchecked Sendable {
             var names: [[UInt8]] = []
             var current = node
             while current.zone == node.zone, let parent = current.parent {
-                names.append(current.name)
+                names.append(current.name.bytes)
                 current = parent
             }
-            let container = current.zone == .containerRoot && current !== root ? current.name : nil
+            let container = current.zone == .containerRoot && current !== root ? current.name.bytes : nil
             return body(names.reversed(), container)
         }
     }
@@ -679,7 +681,7 @@ final class NodeTable: @unchecked Sendable {
         state.withLock { _ in
             var current = node
             while let parent = current.parent {
-                if parent === root { return current.name }
+                if parent === root { return current.name.bytes }
                 current = parent
             }
             return nil
@@ -687,7 +689,7 @@ final class NodeTable: @unchecked Sendable {
     }
 
     /// The parent and name `node` was last seen under (nil for the root).
-    func place(of node: Node) -> (parent: Node, name: [UInt8])? { node.lastSeen }
+    func place(of node: Node) -> (parent: Node, name: NodeName)? { node.lastSeen }
 
     /// The item's path from the mount root, as coordination and presenters name it.
     func itemPath(of node: Node) -> ItemPath {
@@ -695,7 +697,7 @@ final class NodeTable: @unchecked Sendable {
             var components: [PathComponent] = []
             var current = node
             while let parent = current.parent {
-                if let component = PathComponent(bytes: current.name) { components.append(component) }
+                if let component = PathComponent(bytes: current.name.bytes) { components.append(component) }
                 current = parent
             }
             return ItemPath(components: components.reversed())

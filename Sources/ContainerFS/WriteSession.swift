@@ -659,7 +659,7 @@ final class Shadows: @unchecked Sendable {
     private func moveIntoPlace(_ shadowName: [CChar], _ attributes: stat, of node: Node, in nodes: NodeTable,
                                mustExchange: Bool) -> Placement {
         guard let (parent, name) = nodes.place(of: node) else { return .gone }
-        return Backing.withCName(name) { cName -> Placement in
+        return name.withCString { cName -> Placement in
             var current = stat()
             guard fstatat(parent.descriptor, cName, &current, AT_SYMLINK_NOFOLLOW) == 0 else {
                 return errno == ENOENT ? .gone : .failed(errno)
