@@ -159,7 +159,7 @@ extension ContainerFileSystem {
                 : .move(from: sourcePath, to: destinationPath, replacesDestination: replacing)
         }
         coordination.perform(operation(), isDirectory: source.st_mode & S_IFMT == S_IFDIR, caller: request.caller) { access in
-            var version: (path: String, place: ItemPath)?
+            var version: (kept: VersionKeeper.Kept, place: ItemPath)?
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
                     // As ext4 writes a file renamed over another first: the rename must not be
@@ -181,7 +181,7 @@ extension ContainerFileSystem {
                 }
             }
             if let version, let versions = self.shadows.versions {
-                error == 0 ? versions.replaced(version.path, of: version.place) : versions.notReplaced(version.path)
+                error == 0 ? versions.replaced(version.kept, of: version.place) : versions.notReplaced(version.kept)
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }

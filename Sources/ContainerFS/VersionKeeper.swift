@@ -19,8 +19,32 @@ public final class VersionKeeper: @unchecked Sendable {
     private struct State {
         /// Loaded from the store when the first version is kept.
         var retention: VersionRetention?
-        /// Versions directories known to exist: a keep then makes none.
-        var prepared: Set<String> = []
+        /// Versions directories made and open, by their item's place: a keep then makes none, and
+        /// links by name in the directory. A few (the files being edited): a descriptor each.
+        var directories: [ItemPath: Directory] = [:]
+    }
+    private static let directoriesKept = 8
+
+    /// A versions directory, open for linking into while a keep may use it.
+    final class Directory: Sendable {
+        let path: String
+        let descriptor: Int32
+
+        init?(path: String) {
+            descriptor = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+            guard descriptor >= 0 else { return nil }
+            self.path = path
+        }
+
+        deinit { close(descriptor) }
+    }
+
+    /// A version linked into its directory.
+    struct Kept: Sendable {
+        let directory: Directory
+        let nanoseconds: UInt64
+
+        var name: String { VersionStore.versionPrefix + String(nanoseconds) }
     }
     private let state = Mutex(State())
     /// Tells presenters of a version kept, by its name and the item's path; set before the
@@ -80,36 +104,44 @@ public final class VersionKeeper: @unchecked Sendable {
             // Linked, then unlinked from the shadows: a rename out of their directory would take
             // the lock of two directories, and contend with every publish's.
             if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0,
-               let destination = link(name, in: directory, at: place, replacedAt: replaced) {
+               let kept = link(name, in: directory, at: place, replacedAt: replaced) {
                 Shadows.removePrevious(name, in: directory)
-                return retain(destination, of: place)
+                return retain(kept, of: place)
             }
             Shadows.removePrevious(name, in: directory)
         }
     }
 
     /// Before an editor's save renames a file over `name` in `parent`, links the file it replaces
-    /// into its versions. Returns the version's path, to remove if the rename fails.
-    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: ItemPath) -> String? {
+    /// into its versions. Returns the version, to remove if the rename fails.
+    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: ItemPath) -> Kept? {
         link(name, in: parent, at: place, replacedAt: Date())
     }
 
-    /// Links `name` in `directory` into the versions of the item at `place`: the version's path, or
-    /// nil. A versions directory removed since it was made (its last version removed through the
-    /// client library or the command) is made again, once.
-    private func link(_ name: UnsafePointer<CChar>, in directory: Int32, at place: ItemPath, replacedAt: Date) -> String? {
+    /// Links `name` in `directory` into the versions of the item at `place`, by names relative to
+    /// open directories (an editor's save waits for this): the version, or nil. A versions
+    /// directory removed since it was made (its last version removed through the client library
+    /// or the command) is made again, once.
+    private func link(_ name: UnsafePointer<CChar>, in directory: Int32, at place: ItemPath, replacedAt: Date) -> Kept? {
         for _ in 0..<2 {
-            guard let destination = prepare(place, onFilesystemOf: directory, replacedAt: replacedAt) else { return nil }
-            if linkat(directory, name, AT_FDCWD, destination, 0) == 0 { return destination }
+            guard spaceAllowsVersions(onFilesystemOf: directory), let versions = versionsDirectory(of: place) else { return nil }
+            // Named when it was replaced; a name taken (two replaced in one nanosecond) takes the next.
+            var nanoseconds = UInt64(max(0, replacedAt.timeIntervalSince1970) * 1_000_000_000)
+            var linked: Int32
+            repeat {
+                linked = VersionStore.withName(nanoseconds) { linkat(directory, name, versions.descriptor, $0, 0) }
+                if linked != 0 && errno == EEXIST { nanoseconds += 1 }
+            } while linked != 0 && errno == EEXIST
+            if linked == 0 { return Kept(directory: versions, nanoseconds: nanoseconds) }
             let error = errno
-            forgetPrepared(destination)
+            forget(versions)
             guard error == ENOENT else { return nil }
         }
         return nil
     }
 
     /// The save renamed over the version's file: it is kept now.
-    func replaced(_ version: String, of place: ItemPath) {
+    func replaced(_ version: Kept, of place: ItemPath) {
         queue.async { self.retain(version, of: place) }
     }
 
@@ -119,41 +151,45 @@ public final class VersionKeeper: @unchecked Sendable {
     }
 
     /// The save failed: the file is still in place, and needs no version.
-    func notReplaced(_ version: String) {
-        unlink(version)
+    func notReplaced(_ version: Kept) {
+        VersionStore.withName(version.nanoseconds) { _ = unlinkat(version.directory.descriptor, $0, 0) }
     }
 
-    /// A new version's path in the item's versions directory, or nil when none may be kept now.
-    private func prepare(_ place: ItemPath, onFilesystemOf directory: Int32, replacedAt: Date) -> String? {
-        guard let (container, path) = split(place) else { return nil }
+    /// Whether the store's filesystem has room for versions now (its free-space floor); if not,
+    /// the oldest versions go, off the caller's thread.
+    private func spaceAllowsVersions(onFilesystemOf directory: Int32) -> Bool {
         var disk = statvfs()
-        guard fstatvfs(directory, &disk) == 0 else { return nil }
+        guard fstatvfs(directory, &disk) == 0 else { return false }
         let free = UInt64(disk.f_bavail) * UInt64(disk.f_frsize)
         let floor = limits.floor ?? UInt64(disk.f_blocks) * UInt64(disk.f_frsize) / 10
-        if free < floor {
-            let removal = withRetention { $0.freeSpace(needed: floor - free) }
-            queue.async { self.remove(removal) }
-            return nil
-        }
-        var versions = store.directory(container: container, path: path)
-        if !state.withLock({ $0.prepared.contains(versions) }) {
-            guard let made = try? store.prepare(container: container, path: path) else { return nil }
-            versions = made
-            state.withLock { _ = $0.prepared.insert(made) }
-        }
-        return versions + "/" + VersionStore.newName(in: versions, at: replacedAt)
+        guard free < floor else { return true }
+        let removal = withRetention { $0.freeSpace(needed: floor - free) }
+        queue.async { self.remove(removal) }
+        return false
     }
 
-    /// A prepared directory that turned out to be gone (removed by hand): made again next time.
-    private func forgetPrepared(_ version: String) {
-        let directory = (version as NSString).deletingLastPathComponent
-        state.withLock { _ = $0.prepared.remove(directory) }
+    /// The item's versions directory, made and opened the first time.
+    private func versionsDirectory(of place: ItemPath) -> Directory? {
+        if let known = state.withLock({ $0.directories[place] }) { return known }
+        guard let (container, path) = split(place), let made = try? store.prepare(container: container, path: path),
+              let opened = Directory(path: made) else { return nil }
+        state.withLock { state in
+            if state.directories.count >= Self.directoriesKept, let any = state.directories.keys.first {
+                state.directories[any] = nil
+            }
+            state.directories[place] = opened
+        }
+        return opened
+    }
+
+    /// A directory that turned out to be gone (removed by hand): made again next time.
+    private func forget(_ directory: Directory) {
+        state.withLock { state in state.directories = state.directories.filter { $0.value !== directory } }
     }
 
     /// Counts a kept version, tells presenters, and removes what the limits no longer allow.
-    private func retain(_ path: String, of place: ItemPath) {
-        guard let version = VersionStore.record(named: (path as NSString).lastPathComponent,
-                                                in: (path as NSString).deletingLastPathComponent) else { return }
+    private func retain(_ kept: Kept, of place: ItemPath) {
+        guard let version = VersionStore.record(named: kept.name, in: kept.directory.path) else { return }
         announce(version.name, place)
         remove(withRetention { $0.kept(version) })
     }
@@ -172,7 +208,7 @@ public final class VersionKeeper: @unchecked Sendable {
     private func remove(_ removal: VersionRetention.Removal) {
         for version in removal.versions where !recycle(version.path) { unlink(version.path) }
         for directory in removal.emptiedDirectories {
-            state.withLock { _ = $0.prepared.remove(directory) }
+            state.withLock { state in state.directories = state.directories.filter { $0.value.path != directory } }
             VersionStore.removeDirectory(directory)
         }
     }

@@ -87,11 +87,22 @@ public struct VersionStore: Sendable {
         guard lchown(path, owner.st_uid, owner.st_gid) == 0 else { throw posixError("chown", path) }
     }
 
-    /// A name for a version replaced now, unused in `directory`.
-    public static func newName(in directory: String, at date: Date = Date()) -> String {
-        var nanoseconds = UInt64(max(0, date.timeIntervalSince1970) * 1_000_000_000)
-        while access(directory + "/" + versionPrefix + String(nanoseconds), F_OK) == 0 { nanoseconds += 1 }
-        return versionPrefix + String(nanoseconds)
+    /// Runs `body` with the name of the version replaced `nanoseconds` after 1970, `v-NANOSECONDS`,
+    /// as a C string made without a String (an editor's save links one).
+    public static func withName<R>(_ nanoseconds: UInt64, _ body: (UnsafePointer<CChar>) -> R) -> R {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 24) { buffer in
+            var digits = 0, rest = nanoseconds
+            repeat { digits += 1; rest /= 10 } while rest > 0
+            buffer[0] = CChar(UInt8(ascii: "v"))
+            buffer[1] = CChar(UInt8(ascii: "-"))
+            rest = nanoseconds
+            for index in stride(from: digits + 1, to: 1, by: -1) {
+                buffer[index] = CChar(48 + rest % 10)
+                rest /= 10
+            }
+            buffer[digits + 2] = 0
+            return body(buffer.baseAddress!)
+        }
     }
 
     /// The versions kept in `directory`, oldest first.

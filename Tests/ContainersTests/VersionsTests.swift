@@ -65,9 +65,11 @@ final class VersionsTests: XCTestCase {
         XCTAssertEqual(stat(versions.root, &attributes), 0)
         XCTAssertEqual(attributes.st_mode & 0o777, 0o700, "versions hold what their files held: the store's owner's only")
         // Nine and ten digits of seconds: by number, not by name.
-        for (seconds, text) in [(1_000_000_000.5, "second"), (999_999_999.0, "first")] {
-            let name = VersionStore.newName(in: directory, at: Date(timeIntervalSince1970: seconds))
-            try box.write(name, text, under: directory)
+        for (nanoseconds, text) in [(1_000_000_000_500_000_000 as UInt64, "second"), (999_999_999_000_000_000, "first")] {
+            try box.write(VersionStore.withName(nanoseconds) { String(cString: $0) }, text, under: directory)
+        }
+        for nanoseconds in [0, 7, UInt64.max] {
+            XCTAssertEqual(VersionStore.withName(nanoseconds) { String(cString: $0) }, "v-\(nanoseconds)")
         }
         let listed = VersionStore.versions(in: directory)
         XCTAssertEqual(listed.map { box.read($0.path) }, ["first", "second"])
