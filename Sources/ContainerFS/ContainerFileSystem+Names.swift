@@ -181,7 +181,7 @@ extension ContainerFileSystem {
                 }
             }
             if let version, let versions = self.shadows.versions {
-                error == 0 ? versions.replaced(version.kept, of: version.place) : versions.notReplaced(version.kept)
+                error == 0 ? versions.replaced(version.kept, of: version.place) : versions.notReplaced(version.kept, of: version.place)
             }
             access.end(tookEffect: error == 0)
             guard error == 0 else { return request.reply(error: error) }

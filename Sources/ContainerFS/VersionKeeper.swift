@@ -44,7 +44,7 @@ public final class VersionKeeper: @unchecked Sendable {
         let directory: Directory
         let nanoseconds: UInt64
 
-        var name: String { VersionStore.versionPrefix + String(nanoseconds) }
+        var name: String { VersionStore.withName(nanoseconds) { String(cString: $0) } }
     }
     private let state = Mutex(State())
     /// Tells presenters of a version kept, by its name and the item's path; set before the
@@ -150,9 +150,11 @@ public final class VersionKeeper: @unchecked Sendable {
         queue.sync {}
     }
 
-    /// The save failed: the file is still in place, and needs no version.
-    func notReplaced(_ version: Kept) {
-        VersionStore.withName(version.nanoseconds) { _ = unlinkat(version.directory.descriptor, $0, 0) }
+    /// The save failed: the file is still in place, and needs no version. One that cannot be
+    /// removed now is counted as kept, so that the limits remove it in turn.
+    func notReplaced(_ version: Kept, of place: ItemPath) {
+        let removed = VersionStore.withName(version.nanoseconds) { unlinkat(version.directory.descriptor, $0, 0) }
+        if removed != 0 && errno != ENOENT { replaced(version, of: place) }
     }
 
     /// Whether the store's filesystem has room for versions now (its free-space floor); if not,

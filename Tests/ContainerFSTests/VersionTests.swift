@@ -100,6 +100,32 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
     }
 
+    func testASaveWhoseRenameFailsLeavesNoVersionOfItsOwn() throws {
+        // An editor's save links the file it replaces into its versions before its rename. A rename
+        // that fails removes the link again; one that cannot be removed is counted as kept, so that
+        // the limits remove it in turn.
+        mounted.unmount()
+        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        let file = home + "/Documents/saved.txt"
+        // A version kept first: the mount counts the versions it keeps from then on.
+        sh("echo a > Documents/other.txt; echo b > Documents/other.txt; echo one > Documents/saved.txt; printf draft > Documents/.saved.swp")
+        waitForVersions(home + "/Documents/other.txt", count: 1)
+        usleep(300_000)
+        let save = "python3 -c 'import os; os.rename(\"Documents/.saved.swp\", \"Documents/saved.txt\")'"
+        try mounted.failing("renameat,renameat2", with: "EIO") {
+            XCTAssertNotEqual(Shell.run(save, in: home).status, 0, "the save's rename fails")
+        }
+        XCTAssertEqual(versions(file), [], "nothing was replaced")
+        try mounted.failing("renameat,renameat2,unlinkat", with: "EIO") {
+            XCTAssertNotEqual(Shell.run(save, in: home).status, 0, "the save's rename fails")
+        }
+        XCTAssertEqual(versions(file), ["one\n"], "the link that could not go")
+        sh(save)
+        usleep(500_000)
+        XCTAssertEqual(versions(file), ["one\n"], "versions=1: the save's version, the older link gone")
+        XCTAssertEqual(sh("cat Documents/saved.txt"), "draft")
+    }
+
     private func inode(_ path: String) -> UInt64? {
         var attributes = stat()
         return lstat(path, &attributes) == 0 ? UInt64(attributes.st_ino) : nil
