@@ -114,6 +114,38 @@ final class CrashTests: MountedTestCase {
         XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")
     }
 
+    /// The recovery of a dead daemon's records (the next mount's, `containerfs check --repair`'s)
+    /// stops at an error it cannot get past, here a record whose link it cannot look at (the first
+    /// look fails, as a disk's read error would; the later ones would succeed): nothing is
+    /// put back halfway, the directory and its records stay for the next attempt, and the error
+    /// says why. The next attempt, without the fault, puts the previous version back.
+    func testARecordThatCannotBeLookedAtStopsTheRecoveryAndStays() throws {
+        sh("echo a-v1 > Documents/a")
+        usleep(300_000)
+        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
+        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
+        try mounted.delaying("sync_file_range", by: 3) {
+            sh("echo a-v2 > Documents/a")
+            mounted.crashDaemon()
+        }
+        let record = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: shadows).first { PublishRecord.parse($0) != nil })
+        let file = mounted.backing() + "/Documents/a"
+        // What a power cut leaves of data never written.
+        XCTAssertEqual(truncate(file, 0), 0)
+        let check = "\(Shell.quote(MountedStore.executable)) check --repair \(Shell.quote(mounted.store.root))"
+        let failed = Shell.run("strace -f -o /dev/null -P \(Shell.quote(shadows + "/" + record)) -e trace=newfstatat,statx "
+                               + "-e inject=newfstatat,statx:error=EIO:when=1 " + check)
+        XCTAssertNotEqual(failed.status, 0, failed.output)
+        XCTAssertTrue(failed.error.contains("not repaired: work/shadows/\(deadDaemon)"), failed.error)
+        XCTAssertTrue(failed.error.contains("(Input/output error)"), failed.error)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: shadows + "/" + record), "the record stays")
+        XCTAssertEqual(FileManager.default.contents(atPath: file), Data(), "nothing was put back halfway")
+        let repaired = Shell.run(check)
+        XCTAssertEqual(repaired.status, 0, repaired.output + repaired.error)
+        XCTAssertEqual(FileManager.default.contents(atPath: file), Data("a-v1\n".utf8), "the previous version is back")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shadows))
+    }
+
     /// Two unwritten publishes of one file in a row leave two records, the second one's previous
     /// version being the first one's file: with both cut short, the next mount puts the first back
     /// before the second copies it, whatever order the directory lists them in (the power-loss

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Containers
+import Foundation
 
 struct CheckCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -17,8 +18,15 @@ struct CheckCommand: ParsableCommand {
         var remaining = 0
         for problem in StoreCheck.problems(in: store) {
             if repair, let mend = problem.repair {
-                try mend()
-                print("repaired: \(problem)")
+                do {
+                    try mend()
+                    print("repaired: \(problem)")
+                } catch {
+                    // The others are still worth mending; what failed stays as it was, to try again.
+                    let reason = (error as? POSIXError).map { String(cString: strerror($0.code.rawValue)) } ?? "\(error)"
+                    printError("not repaired: \(problem) (\(reason))")
+                    remaining += 1
+                }
             } else {
                 print(problem.repair == nil ? problem.description : "\(problem) (--repair mends it)")
                 remaining += 1
