@@ -86,21 +86,34 @@ final class CrashTests: MountedTestCase {
         print("crash test: \(files) files checked, \(rewritten) new, \(files - rewritten) old, 0 torn; store consistent")
     }
 
+    /// Runs `written`, then `published` while the background's writes of data wait `seconds`
+    /// (`sync_file_range` held back), and kills the daemon before they are done, after `meanwhile`:
+    /// the publishes' records stay. Returns the dead daemon's shadow directory.
+    private func crashWithUnwrittenPublishes(after written: String, of published: String, waiting seconds: Double,
+                                             meanwhile: (String) -> Void = { _ in }) throws -> String {
+        sh(written)
+        usleep(300_000)
+        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
+        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
+        try mounted.delaying("sync_file_range", by: seconds) {
+            sh(published)
+            meanwhile(shadows)
+            mounted.crashDaemon()
+        }
+        return shadows
+    }
+
     /// A daemon killed before the data of its unsynced publishes was written leaves their records
     /// (docs/atomic-replace.md, "Closes without a sync"). The next mount keeps each version that
     /// reads as its record says, and puts back the previous version of each that does not (what a
     /// power cut leaves of data never written: here the backing files are cut short by hand).
     func testRecordsOfUnwrittenPublishesKeepWholeVersionsAndRestoreTheRest() throws {
-        sh("echo a-v1 > Documents/a; echo c-v1 > Documents/c")
-        usleep(300_000)
-        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
-        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
-        try mounted.delaying("sync_file_range", by: 30) {
-            sh("echo a-v2 > Documents/a; echo b-new > Documents/b; echo c-v2 > Documents/c; echo d-new > Documents/d")
+        let shadows = try crashWithUnwrittenPublishes(after: "echo a-v1 > Documents/a; echo c-v1 > Documents/c",
+                                                      of: "echo a-v2 > Documents/a; echo b-new > Documents/b; echo c-v2 > Documents/c; echo d-new > Documents/d",
+                                                      waiting: 30) { shadows in
             let records = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
                 .filter { PublishRecord.parse($0) != nil }
             XCTAssertEqual(records.count, 4, "every publish waits for its data with a record: \(records)")
-            mounted.crashDaemon()
         }
         let documents = mounted.backing() + "/Documents"
         XCTAssertEqual(truncate(documents + "/a", 0), 0)
@@ -120,14 +133,7 @@ final class CrashTests: MountedTestCase {
     /// put back halfway, the directory and its records stay for the next attempt, and the error
     /// says why. The next attempt, without the fault, puts the previous version back.
     func testARecordThatCannotBeLookedAtStopsTheRecoveryAndStays() throws {
-        sh("echo a-v1 > Documents/a")
-        usleep(300_000)
-        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
-        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
-        try mounted.delaying("sync_file_range", by: 3) {
-            sh("echo a-v2 > Documents/a")
-            mounted.crashDaemon()
-        }
+        let shadows = try crashWithUnwrittenPublishes(after: "echo a-v1 > Documents/a", of: "echo a-v2 > Documents/a", waiting: 3)
         let record = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: shadows).first { PublishRecord.parse($0) != nil })
         let file = mounted.backing() + "/Documents/a"
         // What a power cut leaves of data never written.
@@ -136,7 +142,7 @@ final class CrashTests: MountedTestCase {
         let failed = Shell.run("strace -f -o /dev/null -P \(Shell.quote(shadows + "/" + record)) -e trace=newfstatat,statx "
                                + "-e inject=newfstatat,statx:error=EIO:when=1 " + check)
         XCTAssertNotEqual(failed.status, 0, failed.output)
-        XCTAssertTrue(failed.error.contains("not repaired: work/shadows/\(deadDaemon)"), failed.error)
+        XCTAssertTrue(failed.error.contains("not repaired: work/shadows/\((shadows as NSString).lastPathComponent)"), failed.error)
         XCTAssertTrue(failed.error.contains("(Input/output error)"), failed.error)
         XCTAssertTrue(FileManager.default.fileExists(atPath: shadows + "/" + record), "the record stays")
         XCTAssertEqual(FileManager.default.contents(atPath: file), Data(), "nothing was put back halfway")
@@ -153,14 +159,10 @@ final class CrashTests: MountedTestCase {
     /// a listing's order puts all of them right by chance once in 16 runs.
     func testChainedRecordsOfUnwrittenPublishesPutTheOldestVersionBack() throws {
         let names = ["e", "f", "g", "h"]
-        sh(names.map { "echo \($0)-v1 > Documents/\($0)" }.joined(separator: "; "))
-        usleep(300_000)
-        let deadDaemon = try XCTUnwrap(mounted.daemonPID)
-        let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
-        try mounted.delaying("sync_file_range", by: 10) {
-            sh(names.map { "echo \($0)-v2 > Documents/\($0); echo \($0)-v3 > Documents/\($0)" }.joined(separator: "; "))
-            mounted.crashDaemon()
-        }
+        let shadows = try crashWithUnwrittenPublishes(
+            after: names.map { "echo \($0)-v1 > Documents/\($0)" }.joined(separator: "; "),
+            of: names.map { "echo \($0)-v2 > Documents/\($0); echo \($0)-v3 > Documents/\($0)" }.joined(separator: "; "),
+            waiting: 10)
         let documents = mounted.backing() + "/Documents"
         let records = try FileManager.default.contentsOfDirectory(atPath: shadows).filter { $0.hasPrefix(PublishRecord.replacedPrefix) }
         XCTAssertEqual(records.count, 2 * names.count, "each rewrite left its record: \(records)")

@@ -283,8 +283,13 @@ class MountedTestCase: XCTestCase {
     }
 
     func remountWithoutPassthrough() throws {
+        try remount(with: "no_passthrough")
+    }
+
+    /// Mounts a fresh store in place of this test's, with the mount options `options`.
+    func remount(with options: String) throws {
         mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "no_passthrough"])
+        mounted = try MountedStore(extraArguments: ["-o", options])
     }
 
     /// Writes `content` (a Python bytes literal's text) to `path`, opened with `flags` (Python's

@@ -157,8 +157,7 @@ final class PresenterTests: MountedTestCase {
     }
 
     func testAPresenterThatNeverAnswersDelaysNoLongerThanTheTimeout() throws {
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "presenter_timeout=1"])
+        try remount(with: "presenter_timeout=1")
         let watcher = try watch(["Documents/hello.txt"], extra: ["--on-save", "sleep 60"])
         let started = Date()
         XCTAssertEqual(sh("cat Documents/hello.txt"), "hello\n")
@@ -298,8 +297,7 @@ final class PresenterTests: MountedTestCase {
 
     func testClientsMayCoordinateOnlyWhatTheirUserMayAccess() throws {
         try XCTSkipIf(geteuid() != 0, "acting as another user needs root")
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "allow_other"])
+        try remount(with: "allow_other")
         let binary = Shell.quote(MountedStore.executable)
         let asUser = "setpriv --reuid=4242 --regid=4242 --clear-groups"
         // hello.txt is root's, readable by everyone, writable by root alone.

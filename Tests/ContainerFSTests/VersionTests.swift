@@ -75,8 +75,7 @@ final class VersionTests: MountedTestCase {
     }
 
     func testTheLimitsTheMountIsGiven() throws {
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "versions=2"])
+        try remount(with: "versions=2")
         let file = home + "/Documents/counted.txt"
         sh("for n in 1 2 3 4 5; do echo $n > Documents/counted.txt; done")
         waitForVersions(file, count: 2)
@@ -84,15 +83,13 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(versions(file), ["3\n", "4\n"])
 
         // Below the free-space floor, none is kept.
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "version_floor=1000000T"])
+        try remount(with: "version_floor=1000000T")
         sh("echo a > Documents/floor.txt; echo b > Documents/floor.txt; sed -i s/b/c/ Documents/floor.txt")
         usleep(500_000)
         XCTAssertEqual(versions(home + "/Documents/floor.txt"), [])
 
         // versions=0 keeps none, and says so.
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "versions=0"])
+        try remount(with: "versions=0")
         sh("echo a > Documents/none.txt; echo b > Documents/none.txt")
         let listed = Shell.run("\(binary) versions \(Shell.quote(home + "/Documents/none.txt"))")
         XCTAssertTrue(listed.error.contains("no versions are kept for it"), listed.error)
@@ -104,8 +101,7 @@ final class VersionTests: MountedTestCase {
         // An editor's save links the file it replaces into its versions before its rename. A rename
         // that fails removes the link again; one that cannot be removed is counted as kept, so that
         // the limits remove it in turn.
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        try remount(with: "versions=1")
         let file = home + "/Documents/saved.txt"
         // A version kept first: the mount counts the versions it keeps from then on.
         sh("echo a > Documents/other.txt; echo b > Documents/other.txt; echo one > Documents/saved.txt; printf draft > Documents/.saved.swp")
@@ -133,8 +129,7 @@ final class VersionTests: MountedTestCase {
 
     func testAVersionTheLimitsRemoveIsReusedOnlyWhereNothingOfItCanShow() throws {
         // The inode of a version the limits remove becomes the next spare shadow (`Shadows.recycle`).
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        try remount(with: "versions=1")
         let documents = home + "/Documents"
 
         // A version someone has open keeps what they read: it is not reused.
@@ -188,8 +183,7 @@ final class VersionTests: MountedTestCase {
 
     func testAVersionThatCannotBeEmptiedIsRemovedNotReused() throws {
         // A reused version must be empty before it is a spare: a new file would show its data.
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "versions=1"])
+        try remount(with: "versions=1")
         try mounted.failing("ftruncate", with: "EIO") {
             sh("for n in 1 2 3 4 5 6; do echo secret-$n > Documents/kept.txt; done")
             usleep(300_000)
@@ -252,8 +246,7 @@ final class VersionTests: MountedTestCase {
     }
 
     func testVersionsAreTheStoreOwnersAndNoOneElses() throws {
-        mounted.unmount()
-        mounted = try MountedStore(extraArguments: ["-o", "allow_other"])
+        try remount(with: "allow_other")
         let owner = "setpriv --reuid=4242 --regid=4242 --clear-groups", other = "setpriv --reuid=4243 --regid=4243 --clear-groups"
         let prepared = Shell.run("chown -R 4242:4242 \(Shell.quote(mounted.store.root)) && chmod 755 \(Shell.quote(mounted.root.path))")
         XCTAssertEqual(prepared.status, 0, prepared.error)
