@@ -123,19 +123,20 @@ public final class VersionKeeper: @unchecked Sendable {
     /// directory removed since it was made (its last version removed through the client library
     /// or the command) is made again, once.
     private func link(_ name: UnsafePointer<CChar>, in directory: Int32, at place: ItemPath, replacedAt: Date) -> Kept? {
-        for _ in 0..<2 {
+        // Named when it was replaced; a name taken (two replaced in one nanosecond) takes the next.
+        var nanoseconds = UInt64(max(0, replacedAt.timeIntervalSince1970) * 1_000_000_000)
+        attempts: for _ in 0..<2 {
             guard spaceAllowsVersions(onFilesystemOf: directory), let versions = versionsDirectory(of: place) else { return nil }
-            // Named when it was replaced; a name taken (two replaced in one nanosecond) takes the next.
-            var nanoseconds = UInt64(max(0, replacedAt.timeIntervalSince1970) * 1_000_000_000)
-            var linked: Int32
-            repeat {
-                linked = VersionStore.withName(nanoseconds) { linkat(directory, name, versions.descriptor, $0, 0) }
-                if linked != 0 && errno == EEXIST { nanoseconds += 1 }
-            } while linked != 0 && errno == EEXIST
-            if linked == 0 { return Kept(directory: versions, nanoseconds: nanoseconds) }
-            let error = errno
-            forget(versions)
-            guard error == ENOENT else { return nil }
+            while VersionStore.withName(nanoseconds, { linkat(directory, name, versions.descriptor, $0, 0) }) != 0 {
+                let error = errno
+                guard error == EEXIST else {
+                    forgetDirectories { $0 === versions }
+                    if error == ENOENT { continue attempts }
+                    return nil
+                }
+                nanoseconds += 1
+            }
+            return Kept(directory: versions, nanoseconds: nanoseconds)
         }
         return nil
     }
@@ -184,9 +185,10 @@ public final class VersionKeeper: @unchecked Sendable {
         return opened
     }
 
-    /// A directory that turned out to be gone (removed by hand): made again next time.
-    private func forget(_ directory: Directory) {
-        state.withLock { state in state.directories = state.directories.filter { $0.value !== directory } }
+    /// Closes the directories that turned out to be gone (removed by hand, or emptied by the
+    /// limits) once nobody links into them: made again next time.
+    private func forgetDirectories(where gone: (Directory) -> Bool) {
+        state.withLock { state in state.directories = state.directories.filter { !gone($0.value) } }
     }
 
     /// Counts a kept version, tells presenters, and removes what the limits no longer allow.
@@ -210,7 +212,7 @@ public final class VersionKeeper: @unchecked Sendable {
     private func remove(_ removal: VersionRetention.Removal) {
         for version in removal.versions where !recycle(version.path) { unlink(version.path) }
         for directory in removal.emptiedDirectories {
-            state.withLock { state in state.directories = state.directories.filter { $0.value.path != directory } }
+            forgetDirectories { $0.path == directory }
             VersionStore.removeDirectory(directory)
         }
     }
