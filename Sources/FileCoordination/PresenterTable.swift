@@ -13,6 +13,17 @@ final class PresenterTable: @unchecked Sendable {
         var domain: (any CoordinationDomain)?
         /// Blocks handed over by relinquish callbacks, run at the matching reacquire.
         var reacquirers: [(() -> Void)?] = []
+        let mailbox = Mailbox()
+    }
+
+    /// A presenter's messages not yet called back, and whether an operation to call them is on
+    /// its queue: messages that come while one waits join it, so that a burst (an `rm -rf` of a
+    /// presented folder) costs the queue one operation, and its thread one wake-up, not one per
+    /// message. One operation at a time keeps them in order on a concurrent queue too.
+    private final class Mailbox: @unchecked Sendable {
+        let lock = NSLock()
+        var waiting: [@Sendable () -> Void] = []
+        var scheduled = false
     }
 
     private let lock = NSLock()
@@ -58,13 +69,14 @@ final class PresenterTable: @unchecked Sendable {
     /// text once the presenter has answered (for notifications: once the callback returned).
     func deliver(_ message: PresenterMessage, to id: PurposeID, in domain: any CoordinationDomain,
                  reply: @escaping @Sendable (String?) -> Void) {
-        guard let found = lock.withLock({ entries[id]?.presenter }) else { return reply(nil) }
+        guard let (found, mailbox) = lock.withLock({ entries[id].map { ($0.presenter, $0.mailbox) } }) else {
+            return reply(nil)
+        }
         // As with Apple's NSFilePresenter, a presenter is called only on its own operation queue.
         nonisolated(unsafe) let presenter = found
         let url = { @Sendable (path: ItemPath) in domain.url(for: path) }
         let answerOnce = Once(reply)
-        let queue = presenter.presentedItemOperationQueue
-        queue.addOperation { [self] in
+        post({ [self] in
             switch message {
             case .relinquishPresentedItemToReader:
                 presenter.relinquishPresentedItem(toReader: { reacquirer in
@@ -115,7 +127,31 @@ final class PresenterTable: @unchecked Sendable {
                 }
                 answerOnce(nil)
             }
+        }, to: mailbox, on: presenter.presentedItemOperationQueue)
+    }
+
+    private func post(_ callback: @escaping @Sendable () -> Void, to mailbox: Mailbox, on queue: OperationQueue) {
+        let schedule = mailbox.lock.withLock { () -> Bool in
+            mailbox.waiting.append(callback)
+            defer { mailbox.scheduled = true }
+            return !mailbox.scheduled
         }
+        if schedule { queue.addOperation { Self.callBack(mailbox, on: queue) } }
+    }
+
+    /// Calls what waited when the operation began; what came since gets an operation of its own,
+    /// so that other work on the queue is not held back by a long burst.
+    private static func callBack(_ mailbox: Mailbox, on queue: OperationQueue) {
+        let callbacks = mailbox.lock.withLock { () -> [@Sendable () -> Void] in
+            defer { mailbox.waiting = [] }
+            return mailbox.waiting
+        }
+        for callback in callbacks { callback() }
+        let more = mailbox.lock.withLock { () -> Bool in
+            mailbox.scheduled = !mailbox.waiting.isEmpty
+            return mailbox.scheduled
+        }
+        if more { queue.addOperation { callBack(mailbox, on: queue) } }
     }
 
     private func pushReacquirer(_ reacquirer: (() -> Void)?, for id: PurposeID) {

@@ -219,6 +219,40 @@ final class ControlServerTests: XCTestCase {
         XCTAssertEqual(error.code, .unknownPresenter)
     }
 
+    func testABurstOfNoticesArrivesWholeAndInOrderAndAnAnswerAfterItWaitsForNothingHeld() throws {
+        try startServer()
+        let client = try connect()
+        try client.send(.addPresenter(.init(presenter: PurposeID("folder"), path: path("Documents"), awaited: [])))
+        eventually("presenter registered") { server.engine.registry.all().count == 1 }
+
+        // More notices than go at once in a window: the rest are held, then sent with nothing
+        // else to carry them.
+        let names = (0..<20).map { "Documents/file\($0)" }
+        for name in names {
+            let deletion = begin(.delete(path(name)))
+            try XCTUnwrap(self.session(deletion), "nobody to wait for").end(tookEffect: true)
+        }
+        var heard: [PresenterMessage] = []
+        while heard.count < names.count, case .presenterMessage(let notice)? = try client.receive(timeout: 2) {
+            XCTAssertFalse(notice.expectsReply)
+            heard.append(notice.message)
+        }
+        XCTAssertEqual(heard, names.map { .accommodatePresentedSubitemDeletion(at: path($0)) })
+
+        // Held notices go out before whatever comes after them.
+        for name in names {
+            let deletion = begin(.delete(path(name)))
+            try XCTUnwrap(self.session(deletion)).end(tookEffect: true)
+        }
+        try client.send(.statusRequest)
+        var order: [String] = []
+        while let message = try client.receive(timeout: 2) {
+            if case .presenterMessage = message { order.append("notice") }
+            if case .statusReply = message { order.append("status"); break }
+        }
+        XCTAssertEqual(order, Array(repeating: "notice", count: names.count) + ["status"])
+    }
+
     func testNamesAreToldOnlyToClientsThatMayListTheirDirectory() throws {
         try startServer(mayAccess: { _, item, _ in item.components.first?.string != "private" })
         let client = try connect()

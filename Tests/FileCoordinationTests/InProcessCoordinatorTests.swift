@@ -146,6 +146,21 @@ final class InProcessCoordinatorTests: XCTestCase {
         eventually("appeared") { folder.events.all == ["subitemDidAppear fresh.txt"] }
     }
 
+    func testABurstReachesAPresenterOnItsQueueInOrderEvenWhenTheQueueIsConcurrent() throws {
+        let folder = RecordingPresenter(directory, concurrent: true)
+        folder.callbackDelay = 0...3_000   // callbacks side by side would finish out of order
+        FileCoordinator.addFilePresenter(folder)
+        presenters.append(folder)
+        let names = (0..<50).map { "burst\($0).txt" }
+        for name in names {
+            try FileCoordinator().coordinate(writingItemAt: file(name, contents: nil)) { url in
+                try Data("x".utf8).write(to: url)
+            }
+        }
+        eventually("all heard") { folder.events.all.count >= names.count }
+        XCTAssertEqual(folder.events.all, names.map { "subitemDidAppear \($0)" })
+    }
+
     func testAReadAsksPresentersToSaveFirst() throws {
         let note = file("note.txt")
         let editor = present(note)

@@ -16,11 +16,7 @@ final class Events: @unchecked Sendable {
 final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     private let lock = NSLock()
     private var url: URL?
-    let presentedItemOperationQueue: OperationQueue = {
-        let queue = OperationQueue()
-        queue.maxConcurrentOperationCount = 1
-        return queue
-    }()
+    let presentedItemOperationQueue = OperationQueue()
     let events = Events()
     /// When set, relinquish and save callbacks never answer.
     var isStuck = false
@@ -28,47 +24,61 @@ final class RecordingPresenter: FilePresenter, @unchecked Sendable {
     var awaited: FilePresenterRequests = .all
     var awaitedRequests: FilePresenterRequests { awaited }
 
-    init(_ url: URL) { self.url = url }
+    /// - Parameter concurrent: its queue runs operations side by side (Apple's presenters are
+    ///   asked for a serial one, but nothing stops them).
+    init(_ url: URL, concurrent: Bool = false) {
+        self.url = url
+        presentedItemOperationQueue.maxConcurrentOperationCount = concurrent ? 4 : 1
+    }
+
+    /// How long each callback takes, at random in this range (a presenter that works as it hears).
+    var callbackDelay: ClosedRange<useconds_t> = 0...0
+
+    /// Every callback is written down, and flagged if it came anywhere but the presenter's queue.
+    private func note(_ event: String) {
+        if callbackDelay.upperBound > 0 { usleep(.random(in: callbackDelay)) }
+        events.append(OperationQueue.current === presentedItemOperationQueue ? event : "off its queue: " + event)
+    }
 
     var presentedItemURL: URL? { lock.withLock { url } }
 
     func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        events.append("relinquishToReader")
-        if !isStuck { reader { self.events.append("reacquirerRan") } }
+        note("relinquishToReader")
+        if !isStuck { reader { self.note("reacquirerRan") } }
     }
 
     func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        events.append("relinquishToWriter")
-        if !isStuck { writer { self.events.append("reacquirerRan") } }
+        note("relinquishToWriter")
+        if !isStuck { writer { self.note("reacquirerRan") } }
     }
 
-    func reacquirePresentedItem() { events.append("reacquire") }
+    func reacquirePresentedItem() { note("reacquire") }
 
     func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        events.append("save")
+        note("save")
         completionHandler(nil)
     }
 
     func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        events.append("accommodateDeletion")
+        note("accommodateDeletion")
         completionHandler(nil)
     }
 
     func presentedItemDidMove(to newURL: URL) {
-        events.append("didMove \(newURL.path)")
+        note("didMove \(newURL.path)")
         lock.withLock { url = newURL }
     }
 
-    func presentedItemDidChange() { events.append("didChange") }
-    func presentedSubitemDidAppear(at url: URL) { events.append("subitemDidAppear \(url.lastPathComponent)") }
-    func presentedSubitemDidChange(at url: URL) { events.append("subitemDidChange \(url.lastPathComponent)") }
+    func presentedItemDidChange() { note("didChange") }
+    func presentedSubitemDidAppear(at url: URL) { note("subitemDidAppear \(url.lastPathComponent)") }
+    func presentedSubitemDidChange(at url: URL) { note("subitemDidChange \(url.lastPathComponent)") }
 
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
-        events.append("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
+        note("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
     }
 
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        events.append("accommodateSubitemDeletion \(url.lastPathComponent)")
+        note("accommodateSubitemDeletion \(url.lastPathComponent)")
         completionHandler(nil)
     }
 }
