@@ -363,17 +363,29 @@ final class Shadows: @unchecked Sendable {
             var attributes = stat()
             guard fstat(descriptor, &attributes) == 0 else { return errno }
             if copyingData, attributes.st_size > 0 {
-                let original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) }
-                guard original >= 0 else { return errno }
-                defer { close(original) }
-                if clinux_ficlone(shadow, original) != 0 {
-                    if mayLog, attributes.st_size >= logThreshold {
+                let large = mayLog && attributes.st_size >= logThreshold
+                var original: Int32 = -1
+                defer { if original >= 0 { close(original) } }
+                let openOriginal = { original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) } }
+                var cloned = false
+                // Where the store cannot reflink (its first refusal stands), a large file is
+                // logged, which needs no descriptor to read it.
+                if !large || reflinks.load(ordering: .relaxed) {
+                    openOriginal()
+                    guard original >= 0 else { return errno }
+                    cloned = clinux_ficlone(shadow, original) == 0
+                    if !cloned, errno == EOPNOTSUPP { reflinks.store(false, ordering: .relaxed) }
+                }
+                if !cloned {
+                    if large {
                         // A file the daemon cannot open for writing gets a copy, as any other.
                         let writable = Backing.withProcPath(descriptor) { open($0, O_WRONLY | O_CLOEXEC) }
                         if writable >= 0 {
                             logged = LoggedRewrite(original: writable, size: attributes.st_size)
                             return 0
                         }
+                        if original < 0 { openOriginal() }
+                        guard original >= 0 else { return errno }
                     }
                     let error = copyData(from: original, to: shadow, size: Int(attributes.st_size))
                     if error != 0 { return error }
@@ -388,6 +400,9 @@ final class Shadows: @unchecked Sendable {
         }
         return (error < 0 ? errno : error, logged)
     }
+
+    /// Whether the store's filesystem may reflink: false once it said it cannot.
+    private let reflinks = Atomic<Bool>(true)
 
     private static let daemonIsRoot = geteuid() == 0
     private static let daemonUser = geteuid()

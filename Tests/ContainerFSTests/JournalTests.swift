@@ -3,29 +3,33 @@ import Foundation
 import XCTest
 @testable import ContainerFS
 
-/// A store on an ext4 loop image of its own (the suite's other stores live wherever the temporary
-/// directory is), with a journal or without.
+/// A store on a loop image of its own (the suite's other stores live wherever the temporary
+/// directory is): ext4 with a journal or without, or another filesystem.
 class LoopImageTestCase: MountedTestCase {
-    /// Whether the image's ext4 has a journal.
+    /// Whether the image's filesystem syncs a file's names with the file (ext4: has a journal).
     var journaled: Bool { true }
+    /// The command that makes the image's filesystem, the image's path appended.
+    var makeFileSystem: String { journaled ? "mkfs.ext4 -q -F" : "mkfs.ext4 -q -F -O ^has_journal" }
+    /// The mount command's further arguments.
+    var mountArguments: [String] { [] }
     private var imageMount: URL?
 
     override func setUpWithError() throws {
         guard geteuid() == 0 else { throw XCTSkip("mounting a loop image needs root") }
-        guard Shell.run("command -v mkfs.ext4 && losetup -f").status == 0 else {
-            throw XCTSkip("no mkfs.ext4 or no free loop device on this machine")
+        let tool = String(makeFileSystem.prefix { $0 != " " })
+        guard Shell.run("command -v \(tool) && losetup -f").status == 0 else {
+            throw XCTSkip("no \(tool) or no free loop device on this machine")
         }
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-image-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: work.appendingPathComponent("disk"), withIntermediateDirectories: true)
         let image = work.appendingPathComponent("image").path
-        let options = journaled ? "" : "-O ^has_journal"
-        let made = Shell.run("truncate -s 320M \(image) && mkfs.ext4 -q -F \(options) \(image) && mount -o loop \(image) \(work.path)/disk")
+        let made = Shell.run("truncate -s 320M \(image) && \(makeFileSystem) \(image) && mount -o loop \(image) \(work.path)/disk")
         guard made.status == 0 else {
             try? FileManager.default.removeItem(at: work)
             throw ContainerError("the image: \(made.error)")
         }
         imageMount = work.appendingPathComponent("disk")
-        mounted = try MountedStore(base: imageMount)
+        mounted = try MountedStore(extraArguments: mountArguments, base: imageMount)
         let store = open(mounted.store.root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { close(store) }
         XCTAssertEqual(Backing.fileSyncCarriesNames(onFileSystemOf: store), journaled, "the image's journal")
