@@ -65,12 +65,17 @@ final class DirectoryHandle {
         // A dup shares the read position with `fd`: start from the top even if listed before.
         rewinddir(dir)
         var names: [String] = []
+        // readdir's end and its failure look alike but for errno: a listing cut short must not
+        // pass for the whole directory.
+        errno = 0
         while let entry = readdir(dir) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
             }
             if name != "." && name != ".." { names.append(name) }
+            errno = 0
         }
+        guard errno == 0 else { throw posixError("readdir", path) }
         return names.sorted()
     }
 

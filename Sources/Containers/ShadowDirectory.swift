@@ -36,7 +36,9 @@ public enum ShadowDirectory {
         guard recovery == 0 else { throw error(recovery) }
         // Each record's or mark's file, and the version a record puts back where it does not match.
         var files: [(path: String, record: PublishRecord?, previous: String?)] = []
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+        // A directory that cannot be listed is not taken for empty: its removal would drop the
+        // records that say what to put back.
+        for name in try DirectoryHandle(path: path).names() {
             if name.hasPrefix(PublishRecord.replacedPrefix),
                let (previous, record) = PublishRecord.parse(String(name.dropFirst(PublishRecord.replacedPrefix.count))) {
                 files.append((path + "/" + name, record, path + "/" + previous))

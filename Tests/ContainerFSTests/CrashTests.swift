@@ -152,6 +152,26 @@ final class CrashTests: MountedTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: shadows))
     }
 
+    /// A dead daemon's directory that cannot be listed is not taken for empty: removing it would
+    /// drop the record that puts the previous version back. strace fails one listing of it: the
+    /// recovery's own (the logs' recovery lists it first, twice: a read of the entries, one of
+    /// the end).
+    func testADirectoryThatCannotBeListedStopsTheRecoveryAndStays() throws {
+        let shadows = try crashWithUnwrittenPublishes(after: "echo b-v1 > Documents/b", of: "echo b-v2 > Documents/b", waiting: 3)
+        let file = mounted.backing() + "/Documents/b"
+        XCTAssertEqual(truncate(file, 0), 0)
+        let check = "\(Shell.quote(MountedStore.executable)) check --repair \(Shell.quote(mounted.store.root))"
+        let failed = Shell.run("strace -f -o /dev/null -P \(Shell.quote(shadows)) -e trace=getdents64 "
+                               + "-e inject=getdents64:error=EIO:when=3 " + check)
+        XCTAssertNotEqual(failed.status, 0, failed.output)
+        XCTAssertTrue(failed.error.contains("not repaired: work/shadows/\((shadows as NSString).lastPathComponent)"), failed.error)
+        XCTAssertTrue(failed.error.contains("Input/output error"), failed.error)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: shadows), "the directory and its record stay")
+        let repaired = Shell.run(check)
+        XCTAssertEqual(repaired.status, 0, repaired.output + repaired.error)
+        XCTAssertEqual(FileManager.default.contents(atPath: file), Data("b-v1\n".utf8), "the previous version is back")
+    }
+
     /// Two unwritten publishes of one file in a row leave two records, the second one's previous
     /// version being the first one's file: with both cut short, the next mount puts the first back
     /// before the second copies it, whatever order the directory lists them in (the power-loss
