@@ -181,37 +181,47 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
     /// process holds several connections, the oldest one is its owner.
     public func ownerOf(pid: pid_t) -> OwnerID? {
         let now = DispatchTime.now().uptimeNanoseconds
-        enum Lookup { case noClients, cached(OwnerID?), resolve([pid_t: OwnerID]) }
-        // Asked for every request: the cache is read before anything is copied.
-        let lookup = state.withLock { state -> Lookup in
-            guard !state.ownersByPID.isEmpty else { return .noClients }
-            if let cached = state.ownerCache[pid], cached.expires > now { return .cached(cached.owner) }
-            return .resolve(state.ownersByPID.mapValues { $0.min()! })
+        enum Step { case noClients, known(OwnerID?), unknown(generation: UInt64) }
+        // The answer for a process or thread: a client's, one cached, or to be found from /proc.
+        let look = { (pid: pid_t) in
+            self.state.withLock { state -> Step in
+                guard !state.ownersByPID.isEmpty else { return .noClients }
+                if let owners = state.ownersByPID[pid] { return .known(owners.min()) }
+                if let cached = state.ownerCache[pid], cached.expires > now { return .known(cached.owner) }
+                return .unknown(generation: state.ownerGeneration)
+            }
         }
-        let owners: [pid_t: OwnerID]
-        switch lookup {
-        case .noClients: return nil
-        case .cached(let owner): return owner
-        case .resolve(let table): owners = table
-        }
-        let owner = resolveOwner(pid, in: owners)
-        state.withLock { state in
-            if state.ownerCache.count > 4096 { state.ownerCache.removeAll() }
-            state.ownerCache[pid] = OwnerCacheEntry(owner: owner, expires: now + 1_000_000_000)
-        }
-        return owner
-    }
-
-    private func resolveOwner(_ pid: pid_t, in owners: [pid_t: OwnerID]) -> OwnerID? {
+        // Walks up the ancestors and remembers the answer for each one it went through, so that
+        // the next process a shell starts asks /proc once, not once per ancestor.
+        var visited: [pid_t] = []
+        var generation: UInt64 = 0
         var current = pid
-        for _ in 0..<64 {
-            if let owner = owners[current] { return owner }
-            guard current > 1, let info = processInfo(current) else { return nil }
-            if info.tgid != current, let owner = owners[info.tgid] { return owner }
-            guard info.ppid > 0, info.ppid != current else { return nil }
+        var owner: OwnerID?
+        walk: for _ in 0..<64 {
+            switch look(current) {
+            case .noClients: return nil
+            case .known(let known):
+                owner = known
+                break walk
+            case .unknown(let seen):
+                if visited.isEmpty { generation = seen }
+            }
+            visited.append(current)
+            guard current > 1, let info = processInfo(current) else { break }
+            if info.tgid != current, case .known(let known?) = look(info.tgid) {
+                owner = known
+                break
+            }
+            guard info.ppid > 0, info.ppid != current else { break }
             current = info.ppid
         }
-        return nil
+        state.withLock { state in
+            // A client that came or went meanwhile may have changed the answer.
+            guard state.ownerGeneration == generation else { return }
+            if state.ownerCache.count + visited.count > 4096 { state.ownerCache.removeAll() }
+            for pid in visited { state.ownerCache[pid] = OwnerCacheEntry(owner: owner, expires: now + 1_000_000_000) }
+        }
+        return owner
     }
 
     /// The peer credentials of a connected client.
@@ -320,6 +330,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
                 connectedClients.add(1, ordering: .releasing)
                 state.ownersByPID[credentials.processID, default: []].insert(connection.owner)
                 state.ownerCache.removeAll()
+                state.ownerGeneration += 1
                 return connection
             }
             guard let connection else {
@@ -344,6 +355,7 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             state.ownersByPID[pid]?.remove(connection.owner)
             if state.ownersByPID[pid]?.isEmpty == true { state.ownersByPID.removeValue(forKey: pid) }
             state.ownerCache.removeAll()
+            state.ownerGeneration += 1
         }
         // Presenters that made way for this client's accesses reacquire; the arbiter lets go below.
         let held = connection.requests.withLock { requests in
@@ -554,6 +566,8 @@ private struct ServerState {
     var connections: [OwnerID: Connection] = [:]
     var ownersByPID: [pid_t: Set<OwnerID>] = [:]
     var ownerCache: [pid_t: OwnerCacheEntry] = [:]
+    /// Counts the times the cache was dropped (a client came or went).
+    var ownerGeneration: UInt64 = 0
     var shares = UserShares()
 }
 

@@ -576,6 +576,33 @@ final class ControlServerTests: XCTestCase {
         eventually("forgotten") { server.ownerOf(pid: getpid()) == nil }
     }
 
+    func testTheProcessesAShellStartsCostOneLookEachAndAClientThatComesStartsAfresh() throws {
+        let asked = EventLog<pid_t>()
+        let tree: [pid_t: pid_t] = [1001: 1000, 1002: 1000, 1000: 900, 900: 1, 2001: getpid(), 2002: 2001]
+        try startServer(processInfo: { pid in
+            asked.append(pid)
+            return tree[pid].map { (tgid: pid, ppid: $0) } ?? ControlServer.procProcessInfo(pid)
+        })
+        let client = try connect()
+        let owner = try XCTUnwrap(server.ownerOf(pid: getpid()))
+        XCTAssertEqual(asked.all, [], "a client's own process is known")
+
+        XCTAssertNil(server.ownerOf(pid: 1001))
+        XCTAssertEqual(asked.all, [1001, 1000, 900], "up to init, which is not asked")
+        XCTAssertNil(server.ownerOf(pid: 1002))
+        XCTAssertEqual(asked.all, [1001, 1000, 900, 1002], "its parent's answer was kept")
+        XCTAssertEqual(server.ownerOf(pid: 2002), owner, "a descendant of the client")
+        XCTAssertEqual(server.ownerOf(pid: 2001), owner)
+        XCTAssertEqual(asked.all.suffix(2), [2002, 2001])
+
+        let other = try connect()
+        eventually("the second client counted") { server.clients().count == 2 }
+        XCTAssertNil(server.ownerOf(pid: 1002))
+        XCTAssertEqual(asked.all.suffix(3), [1002, 1000, 900], "what was learnt went with the new client")
+        client.close()
+        other.close()
+    }
+
     func testSeveralConnectionsOfOneProcessBelongToTheOldest() throws {
         try startServer()
         let first = try connect()
