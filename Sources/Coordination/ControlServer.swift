@@ -638,8 +638,8 @@ private final class Connection: @unchecked Sendable {
         /// Notices sent at once in the window that began at `windowStart` (uptime, ns).
         var windowStart: UInt64 = 0
         var sentInWindow = 0
-        /// A flush of held notices is due at the window's end.
-        var flushDue = false
+        /// A timer will send what is held, if nothing sent it before.
+        var timerSet = false
         var pendingCount: Int { bytes.count - start }
 
         /// Sends what is pending until done or the socket is full; the error of a failed send.
@@ -669,13 +669,16 @@ private final class Connection: @unchecked Sendable {
     }
 
     /// Notices (messages that await no reply) beyond `noticesAtOnce` within `noticeWindow` are
-    /// held to the window's end and sent together: each send to an idle client wakes its reader
-    /// (about 17 µs of the daemon's CPU and 30 of the client's, docs/coordination.md), so a burst
-    /// (an `rm -rf`, an untar in a presented folder) costs a wake-up per window, not per notice.
-    /// A lone notice, and anything that awaits an answer, goes at once, with what was held
-    /// before it.
+    /// held and sent together with the next frame that goes: each send to an idle client wakes its
+    /// reader (about 17 µs of the daemon's CPU and 30 of the client's, docs/coordination.md), so a
+    /// burst (an `rm -rf`, an untar in a presented folder) costs a wake-up per window, not per
+    /// notice. A lone notice, and anything that awaits an answer, goes at once, with what was
+    /// held before it. What a burst's end leaves held goes within `heldAtMost`, by a timer: set
+    /// for later than the window, so that in a burst the next notice sends the held ones on its
+    /// thread, and the timer seldom wakes one for nothing.
     static let noticesAtOnce = 2
     static let noticeWindow: UInt64 = 1_000_000
+    static let heldAtMost: UInt64 = 4_000_000
 
     init(owner: OwnerID, fd: Int32, credentials: PeerCredentials, server: ControlServer) {
         self.owner = owner
@@ -760,15 +763,15 @@ private final class Connection: @unchecked Sendable {
             }
             out.bytes.append(contentsOf: frame)
             if isNotice {
-                if out.flushDue { return .held(flushAt: nil) }
                 let now = DispatchTime.now().uptimeNanoseconds
                 if now &- out.windowStart >= Self.noticeWindow {
                     out.windowStart = now
                     out.sentInWindow = 0
                 }
                 if out.sentInWindow >= Self.noticesAtOnce {
-                    out.flushDue = true
-                    return .held(flushAt: out.windowStart + Self.noticeWindow)
+                    if out.timerSet { return .held(flushAt: nil) }
+                    out.timerSet = true
+                    return .held(flushAt: now + Self.heldAtMost)
                 }
                 out.sentInWindow += 1
             }
@@ -885,13 +888,9 @@ private final class Connection: @unchecked Sendable {
         }
     }
 
-    /// Sends the notices held to the end of their window, which starts a new one.
+    /// Sends the notices a burst's end left held.
     private func flushHeld() {
-        outgoing.withLock { out in
-            out.flushDue = false
-            out.windowStart = DispatchTime.now().uptimeNanoseconds
-            out.sentInWindow = 1
-        }
+        outgoing.withLock { $0.timerSet = false }
         flush()
     }
 
