@@ -203,7 +203,14 @@ public enum Daemon {
     /// files they were writing are empty again).
     private static func prepareShadowDirectory(in store: Store) throws -> (descriptor: Int32, path: String) {
         let shadows = store.workPath + "/shadows"
-        for leftover in ShadowDirectory.left(in: store) {
+        let leftovers: [String]
+        do { leftovers = try ShadowDirectory.left(in: store) } catch {
+            throw ContainerError("""
+                \(shadows) cannot be listed (\(error)): what a daemon that stopped left there, which may \
+                put files right, would be skipped. Fix what the error names (the store's disk), then mount again.
+                """)
+        }
+        for leftover in leftovers {
             // A committed rewrite of a large file must reach its file before anyone reads it.
             let recovery = DeltaLog.recover(inDirectoryAt: shadows + "/" + leftover)
             guard recovery == 0 else {

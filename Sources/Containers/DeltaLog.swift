@@ -175,7 +175,10 @@ public enum DeltaLog {
         guard directory >= 0 else { return errno == ENOENT ? 0 : errno }
         defer { close(directory) }
         let names: [String]
-        do { names = try FileManager.default.contentsOfDirectory(atPath: path) } catch { return EIO }
+        switch DirectoryHandle.names(of: directory) {
+        case .success(let listed): names = listed
+        case .failure(let error): return error.code.rawValue
+        }
         var firstError: Int32 = 0
         for name in names where name.hasPrefix(prefix) && !name.hasSuffix(targetSuffix) {
             let error = recover(name, in: directory)

@@ -56,10 +56,21 @@ final class DirectoryHandle {
 
     /// The names in the directory, sorted, without `.` and `..`.
     func names() throws -> [String] {
+        switch Self.names(of: fd) {
+        case .success(let names): return names.sorted()
+        case .failure(let error): throw posixError("listing", path, error.code.rawValue)
+        }
+    }
+
+    /// The names in the directory open as `fd`, without `.` and `..`, or the errno of the call
+    /// that failed.
+    static func names(of fd: Int32) -> Result<[String], POSIXError> {
+        let failure = { POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         let listFD = dup(fd)
         guard listFD >= 0, let dir = fdopendir(listFD) else {
+            let error = failure()
             if listFD >= 0 { close(listFD) }
-            throw posixError("opendir", path)
+            return .failure(error)
         }
         defer { closedir(dir) }
         // A dup shares the read position with `fd`: start from the top even if listed before.
@@ -75,8 +86,7 @@ final class DirectoryHandle {
             if name != "." && name != ".." { names.append(name) }
             errno = 0
         }
-        guard errno == 0 else { throw posixError("readdir", path) }
-        return names.sorted()
+        return errno == 0 ? .success(names) : .failure(failure())
     }
 
     /// `lstat` of the entry `name`, or nil when it does not exist.

@@ -8,9 +8,17 @@ public enum ShadowDirectory {
 
     /// The names (daemon process ids) of the shadow directories in `store` whose daemons are gone:
     /// not among the mounts that hold their records' locks (a process id alone may be reused).
-    public static func left(in store: Store) -> [String] {
+    /// Throws if the directory holding them cannot be listed: what they hold must not be skipped.
+    public static func left(in store: Store) throws -> [String] {
+        let path = store.workPath + "/shadows"
+        let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else {
+            if errno == ENOENT { return [] }
+            throw posixError("open", path)
+        }
+        defer { close(directory) }
         let live = Set(MountRegistry.active(in: store).map(\.pid))
-        return ((try? FileManager.default.contentsOfDirectory(atPath: store.workPath + "/shadows")) ?? []).filter { name in
+        return try DirectoryHandle.names(of: directory).get().filter { name in
             pid_t(name).map { !live.contains($0) } ?? false
         }
     }
@@ -19,7 +27,7 @@ public enum ShadowDirectory {
     /// containers without a mount: until then a file published without waiting for its data may
     /// read as what a power cut left of it.
     public static func recoverLeft(in store: Store) throws {
-        for name in left(in: store) {
+        for name in try left(in: store) {
             try remove(atPath: store.workPath + "/shadows/" + name)
         }
     }

@@ -62,8 +62,11 @@ public enum StoreCheck {
         for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath)) ?? [] {
             if let pid = scratchOwner(name), !isAlive(pid) { leftovers.append(name) }
         }
-        leftovers += ShadowDirectory.left(in: store).map { "shadows/" + $0 }
-        return leftovers.sorted().map { name in
+        var unlisted: [StoreProblem] = []
+        do { leftovers += try ShadowDirectory.left(in: store).map { "shadows/" + $0 } } catch {
+            unlisted.append(StoreProblem(description: "work/shadows: cannot be listed (\(error)); what daemons that died left there is not checked.", repair: nil))
+        }
+        return unlisted + leftovers.sorted().map { name in
             let path = store.workPath + "/" + name
             return StoreProblem(description: "work/\(name): left by a process that died.", repair: {
                 try name.hasPrefix("shadows/") ? ShadowDirectory.remove(atPath: path) : FileManager.default.removeItem(atPath: path)

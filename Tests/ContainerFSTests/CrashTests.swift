@@ -154,13 +154,18 @@ final class CrashTests: MountedTestCase {
 
     /// A dead daemon's directory that cannot be listed is not taken for empty: removing it would
     /// drop the record that puts the previous version back. strace fails one listing of it: the
-    /// recovery's own (the logs' recovery lists it first, twice: a read of the entries, one of
-    /// the end).
+    /// logs' recovery's (the first), then the records' (the logs' recovery reads the entries,
+    /// then the end).
     func testADirectoryThatCannotBeListedStopsTheRecoveryAndStays() throws {
         let shadows = try crashWithUnwrittenPublishes(after: "echo b-v1 > Documents/b", of: "echo b-v2 > Documents/b", waiting: 3)
         let file = mounted.backing() + "/Documents/b"
         XCTAssertEqual(truncate(file, 0), 0)
         let check = "\(Shell.quote(MountedStore.executable)) check --repair \(Shell.quote(mounted.store.root))"
+        let refused = Shell.run("strace -f -o /dev/null -P \(Shell.quote(shadows)) -e trace=getdents64 "
+                                + "-e inject=getdents64:error=ENOMEM:when=1 " + check)
+        XCTAssertNotEqual(refused.status, 0, refused.output)
+        XCTAssertTrue(refused.error.contains("(Cannot allocate memory)"), "the error as it was: \(refused.error)")
+        XCTAssertEqual(FileManager.default.contents(atPath: file), Data(), "nothing was put back halfway")
         let failed = Shell.run("strace -f -o /dev/null -P \(Shell.quote(shadows)) -e trace=getdents64 "
                                + "-e inject=getdents64:error=EIO:when=3 " + check)
         XCTAssertNotEqual(failed.status, 0, failed.output)
@@ -170,6 +175,29 @@ final class CrashTests: MountedTestCase {
         let repaired = Shell.run(check)
         XCTAssertEqual(repaired.status, 0, repaired.output + repaired.error)
         XCTAssertEqual(FileManager.default.contents(atPath: file), Data("b-v1\n".utf8), "the previous version is back")
+    }
+
+    /// The folder of the daemons' shadow directories that cannot be listed keeps the next mount
+    /// from starting, and `check` says so: read as empty, it let the mount serve what a dead
+    /// daemon's records were to put right.
+    func testAShadowsFolderThatCannotBeListedKeepsTheMountFromStarting() throws {
+        _ = try crashWithUnwrittenPublishes(after: "echo c-v1 > Documents/c", of: "echo c-v2 > Documents/c", waiting: 3)
+        let file = mounted.backing() + "/Documents/c"
+        XCTAssertEqual(truncate(file, 0), 0)
+        let shadows = Shell.quote(mounted.store.workPath + "/shadows")
+        let failing = "strace -f -o /dev/null -P \(shadows) -e trace=getdents64 -e inject=getdents64:error=EIO:when=1 "
+        let mountPoint = mounted.root.appendingPathComponent("second").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        defer { _ = Shell.run("fusermount3 -u -z \(Shell.quote(mountPoint)) 2>/dev/null") }
+        let mount = Shell.run(failing + "timeout 30 \(Shell.quote(MountedStore.executable)) mount -f "
+                              + "\(Shell.quote(mounted.store.root)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(mount.status, 0, mount.output)
+        XCTAssertTrue(mount.error.contains("shadows cannot be listed (") && mount.error.contains("Input/output error"), mount.error)
+        let check = Shell.run(failing + "\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
+        XCTAssertNotEqual(check.status, 0, check.output)
+        XCTAssertTrue((check.output + check.error).contains("work/shadows: cannot be listed"), check.output + check.error)
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/c"), "c-v1\n", "the next mount that can list it puts the previous version back")
     }
 
     /// Two unwritten publishes of one file in a row leave two records, the second one's previous
