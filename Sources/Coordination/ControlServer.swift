@@ -215,6 +215,8 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
             guard info.ppid > 0, info.ppid != current else { break }
             current = info.ppid
         }
+        // Asked for every request: a cached answer takes the lock once.
+        guard !visited.isEmpty else { return owner }
         state.withLock { state in
             // A client that came or went meanwhile may have changed the answer.
             guard state.ownerGeneration == generation else { return }
