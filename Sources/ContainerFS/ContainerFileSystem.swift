@@ -133,12 +133,41 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let zone = parent.zone.child(named: name.bytes)
         guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
                                         name: name, for: uid) else { return EMFILE }
+        fill(&entry, with: node, attributes: attributes)
+        return 0
+    }
+
+    /// Fills in `entry` for `node`, whose backing attributes are `attributes`.
+    private func fill(_ entry: inout fuse_entry_param, with node: Node, attributes: stat) {
+        var attributes = attributes
         visible(&attributes, of: node)
         identify(node, in: &entry)
         entry.attr = attributes
         entry.attr_timeout = attributeTimeout(of: node)
         entry.entry_timeout = timeouts.entries
-        return 0
+    }
+
+    /// Looks up the directory that holds `node`, counting a kernel reference to it. The kernel asks
+    /// (`..`) when it reconnects a directory that a file handle names (docs/conformance.md, "File
+    /// handles"). The node was last seen in that directory; its name there is looked up again, so
+    /// that a directory renamed or removed meanwhile answers ESTALE, not another one.
+    func lookupParent(of node: Node, entry: inout fuse_entry_param, for uid: uid_t) -> Int32 {
+        guard let (parent, _) = nodes.place(of: node) else { return ENOENT }
+        guard let (grandparent, name) = nodes.place(of: parent) else {
+            // The root, which the kernel never forgets.
+            let (attributes, error) = currentAttributes(of: parent)
+            guard error == 0 else { return error }
+            fill(&entry, with: parent, attributes: attributes)
+            return 0
+        }
+        var terminated = name.bytes
+        terminated.append(0)
+        return terminated.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) {
+                lookupEntry(parent: grandparent, name: FileName($0.baseAddress!), entry: &entry,
+                            expected: parent.currentKey, for: uid)
+            }
+        }
     }
 
     /// Names `node` in an entry for the kernel: its inode number and generation.
@@ -167,9 +196,21 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     }
 
     public func lookup(_ request: FuseRequest, parent: InodeNumber, name: FileName) {
+        if name.isDotOrDotDot { return lookupDots(request, of: parent, parentOfIt: name.length == 2) }
         let error = nameError(name)
         guard error == 0 else { return request.reply(error: error) }
         replyEntry(request, parent: nodes.node(parent), name: name)
+    }
+
+    /// With export support (`FUSE_CAP_EXPORT_SUPPORT`) the kernel asks for `..` of a directory it
+    /// holds, to reconnect it, and for `.` of a node a file handle names and it no longer holds.
+    /// That node was forgotten: its number is a freed address, never to be followed, so the handle
+    /// is stale (docs/conformance.md, "File handles").
+    private func lookupDots(_ request: FuseRequest, of inode: InodeNumber, parentOfIt: Bool) {
+        guard parentOfIt else { return request.reply(error: ESTALE) }
+        var entry = fuse_entry_param()
+        let error = lookupParent(of: nodes.node(inode), entry: &entry, for: request.caller.uid)
+        error == 0 ? request.reply(entry: &entry) : request.reply(error: error)
     }
 
     public func forget(_ inode: InodeNumber, count: UInt64) {

@@ -54,6 +54,39 @@ final class DiskLikeTests: MountedTestCase {
         """, expected: "old new\nStale file handle\n")
     }
 
+    func testADirectorysHandleReopensItWhereverItIsNow() {
+        // An NFS server reopens a directory from its handle, and the kernel then reconnects it to
+        // the tree: it asks for the directory's parent (`..`), and finds its name there. An inotify
+        // watch keeps the directory's inode while its dentries are dropped, as a server's own
+        // references would; the directories are renamed meanwhile.
+        everywhere("""
+        mkdir -p a/b/c
+        python3 - <<'EOF'
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        class Handle(ctypes.Structure):
+            _fields_ = [("size", ctypes.c_uint), ("type", ctypes.c_int), ("bytes", ctypes.c_ubyte * 128)]
+        def handle(name):
+            found, mount = Handle(size=128), ctypes.c_int()
+            assert libc.name_to_handle_at(-100, name.encode(), ctypes.byref(found), ctypes.byref(mount), 0) == 0
+            return found
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+        watches = libc.inotify_init1(0)
+        handles = {name: handle(name) for name in ["a", "a/b", "a/b/c"]}
+        for name in handles: assert libc.inotify_add_watch(watches, name.encode(), 0x4) >= 0
+        os.rename("a/b", "a/d")
+        os.rename("a", "e")
+        os.system("sync; echo 2 > /proc/sys/vm/drop_caches")
+        for name, found in handles.items():
+            descriptor = libc.open_by_handle_at(here, ctypes.byref(found), os.O_RDONLY)
+            if descriptor < 0:
+                print(name, os.strerror(ctypes.get_errno()))
+                continue
+            print(name, os.path.relpath(os.readlink("/proc/self/fd/%d" % descriptor)), sorted(os.listdir(descriptor)))
+        EOF
+        """, expected: "a e ['d']\na/b e/d ['c']\na/b/c e/d/c []\n")
+    }
+
     func testNewItemsHaveTheModeAskedForWhateverTheDaemonsUmask() {
         // The kernel applies the caller's umask; the daemon's own (022 here) must not be applied again.
         XCTAssertNotEqual(Self.daemonUmask, 0, "the daemon's umask would hide the difference")
