@@ -211,16 +211,14 @@ public enum Daemon {
                 """)
         }
         for leftover in leftovers {
-            // A committed rewrite of a large file must reach its file before anyone reads it.
-            let recovery = DeltaLog.recover(inDirectoryAt: shadows + "/" + leftover)
-            guard recovery == 0 else {
+            do { try ShadowDirectory.remove(atPath: shadows + "/" + leftover) } catch let error as ShadowDirectory.UnappliedLog {
+                // A committed rewrite of a large file must reach its file before anyone reads it.
                 throw ContainerError("""
                     \(shadows)/\(leftover): a rewrite of a large file was committed but cannot be applied \
-                    (\(String(cString: strerror(recovery)))); until it is, that file may be incomplete. Fix what \
-                    the error names (the store's disk), then mount again.
+                    (\(error)); until it is, that file may be incomplete. Fix what the error names (the store's \
+                    disk), then mount again.
                     """)
-            }
-            do { try ShadowDirectory.remove(atPath: shadows + "/" + leftover) } catch {
+            } catch {
                 throw ContainerError("""
                     \(shadows)/\(leftover): what a daemon that stopped left cannot be put right (\(error)); \
                     until it is, a file it was writing may read as what a power cut left of it. Fix what the \

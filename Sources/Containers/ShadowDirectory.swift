@@ -41,7 +41,7 @@ public enum ShadowDirectory {
     /// do), and the error says why.
     public static func remove(atPath path: String) throws {
         let recovery = DeltaLog.recover(inDirectoryAt: path)
-        guard recovery == 0 else { throw error(recovery) }
+        guard recovery == 0 else { throw UnappliedLog(code: recovery) }
         // Each record's or mark's file, and the version a record puts back where it does not match.
         var files: [(path: String, record: PublishRecord?, previous: String?)] = []
         // A directory that cannot be listed is not taken for empty: its removal would drop the
@@ -67,6 +67,13 @@ public enum ShadowDirectory {
             guard error == 0 else { throw Self.error(error) }
         }
         try FileManager.default.removeItem(atPath: path)
+    }
+
+    /// What `remove` throws when the committed logs of large files' rewrites cannot be applied
+    /// (`DeltaLog.recover`): until they are, those files may be incomplete. `code` is the errno.
+    public struct UnappliedLog: Error, CustomStringConvertible {
+        public let code: Int32
+        public var description: String { String(cString: strerror(code)) }
     }
 
     /// The error `code` (an errno) names.
