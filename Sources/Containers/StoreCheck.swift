@@ -16,14 +16,19 @@ public enum StoreCheck {
     /// Containers and records that do not match, fixed directories that are missing, broken seals.
     private static func containerProblems(_ store: Store) -> [StoreProblem] {
         var problems: [StoreProblem] = []
-        let containers = (try? FileManager.default.contentsOfDirectory(atPath: store.containersPath)) ?? []
-        for name in containers.sorted() {
+        let containers: [String]
+        do { containers = try store.containerNames() } catch {
+            containers = []
+            problems.append(StoreProblem(description: "containers: cannot be listed (\(error)); the containers are not checked.", repair: nil))
+        }
+        for name in containers {
             guard let id = AppID(name) else {
                 problems.append(StoreProblem(description: "containers/\(name): not an app ID; move it out of the store.", repair: nil))
                 continue
             }
             if id.isGroup {
-                if (try? store.members(of: id))?.isEmpty ?? true {
+                // Unknown members are not none: a group container is only called unused when the apps could be listed.
+                if let members = try? store.members(of: id), members.isEmpty {
                     problems.append(StoreProblem(description: "containers/\(name): a group container that no installed app belongs to; install an app with --group \(name), or remove it after saving what you need from it.", repair: nil))
                 }
                 problems += missingDirectories(of: id, in: store)
@@ -31,7 +36,12 @@ public enum StoreCheck {
                 problems.append(StoreProblem(description: "containers/\(name): a container without an app record (a failed install or uninstall); reinstall the app, or remove the container after saving what you need from it.", repair: nil))
             }
         }
-        for record in (try? store.apps()) ?? [] {
+        let apps: [AppRecord]
+        do { apps = try store.apps() } catch {
+            apps = []
+            problems.append(StoreProblem(description: "apps: cannot be read (\(error)); the installed apps are not checked.", repair: nil))
+        }
+        for record in apps {
             guard let id = AppID(record.id) else { continue }
             let container = store.containerPath(id)
             guard FileManager.default.fileExists(atPath: container + "/" + record.bundleName) else {
@@ -57,12 +67,15 @@ public enum StoreCheck {
 
     /// Scratch left in STORE/work by processes that died: installs, deliveries, restores, shadows.
     private static func workProblems(_ store: Store) -> [StoreProblem] {
-        let fileManager = FileManager.default
         var leftovers: [String] = []
-        for name in (try? fileManager.contentsOfDirectory(atPath: store.workPath)) ?? [] {
-            if let pid = scratchOwner(name), !isAlive(pid) { leftovers.append(name) }
-        }
         var unlisted: [StoreProblem] = []
+        do {
+            for name in try DirectoryHandle(path: store.workPath).names() {
+                if let pid = scratchOwner(name), !isAlive(pid) { leftovers.append(name) }
+            }
+        } catch {
+            unlisted.append(StoreProblem(description: "work: cannot be listed (\(error)); what processes that died left there is not checked.", repair: nil))
+        }
         do { leftovers += try ShadowDirectory.left(in: store).map { "shadows/" + $0 } } catch {
             unlisted.append(StoreProblem(description: "work/shadows: cannot be listed (\(error)); what daemons that died left there is not checked.", repair: nil))
         }

@@ -189,6 +189,33 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(result.error.contains("could not unmount"), result.error)
     }
 
+    /// A listing of the store's apps that fails (strace fails every `getdents64` of STORE/apps) is
+    /// not taken for an empty one: that would mount no app, list none, and have `check` call a
+    /// group container that apps belong to unused, to be removed.
+    func testAStoreWhoseAppsCannotBeListedIsNotTakenForEmpty() throws {
+        let store = try Store.open(storePath)
+        let bundle = scratch.appendingPathComponent("bundles/Grouped.app").path
+        try FileManager.default.createDirectory(atPath: bundle, withIntermediateDirectories: true)
+        try Installer.install(bundle: bundle, into: store, id: AppID("com.example.grouped")!, groups: [AppID("group.example")!])
+        let failing = "strace -f -o /dev/null -P \(Shell.quote(store.appsPath)) -e trace=getdents64 -e inject=getdents64:error=EIO:when=1+ "
+        let expected = "\(store.appsPath): listing failed: Input/output error"
+        let list = Shell.run(failing + "\(Shell.quote(MountedStore.executable)) list \(Shell.quote(storePath))")
+        XCTAssertNotEqual(list.status, 0, list.output)
+        XCTAssertTrue(list.error.contains(expected), list.error)
+        let mount = Shell.run(failing + "timeout 30 \(Shell.quote(MountedStore.executable)) mount -f "
+                              + "\(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(mount.status, 0, mount.output)
+        XCTAssertTrue(mount.error.contains(expected), mount.error)
+        XCTAssertFalse(isMounted)
+        let check = Shell.run(failing + "\(Shell.quote(MountedStore.executable)) check \(Shell.quote(storePath))")
+        XCTAssertNotEqual(check.status, 0, check.output)
+        XCTAssertTrue(check.output.contains("apps: cannot be read (\(expected))"), check.output)
+        XCTAssertFalse(check.output.contains("no installed app belongs to"), check.output)
+        // Without the failure, all is well.
+        XCTAssertEqual(containerfs("check \(Shell.quote(storePath))").status, 0)
+        XCTAssertEqual(containerfs("list \(Shell.quote(storePath))").output.split(separator: "\n").count, 3)
+    }
+
     func testAMissingOrForbiddenFuseDeviceIsExplained() throws {
         try XCTSkipIf(geteuid() != 0, "hiding /dev/fuse in a private mount namespace needs root")
         let binary = Shell.quote(MountedStore.executable)

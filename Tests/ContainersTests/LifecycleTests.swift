@@ -29,7 +29,7 @@ final class LifecycleTests: XCTestCase {
         try Installer.install(bundle: bundle, into: box.store, id: box.id)
         XCTAssertEqual(try box.store.record(box.id).groupIDs, [group])
         XCTAssertEqual(try box.store.members(of: group).map(\.id), [box.id.rawValue, other.rawValue])
-        XCTAssertEqual(box.store.groups(), [group])
+        XCTAssertEqual(try box.store.groups(), [group])
         XCTAssertTrue(StoreCheck.problems(in: box.store).isEmpty, "\(StoreCheck.problems(in: box.store))")
 
         try Lifecycle.uninstall(store: box.store, id: other)
