@@ -206,8 +206,8 @@ public enum Daemon {
         let leftovers: [String]
         do { leftovers = try ShadowDirectory.left(in: store) } catch {
             throw ContainerError("""
-                \(shadows) cannot be listed (\(error)): what a daemon that stopped left there, which may \
-                put files right, would be skipped. Fix what the error names (the store's disk), then mount again.
+                \(shadows): cannot tell what daemons that stopped left there (\(error)); it may put files \
+                right, and would be skipped. Fix what the error names (the store's disk), then mount again.
                 """)
         }
         for leftover in leftovers {

@@ -48,27 +48,52 @@ public enum MountRegistry {
         return descriptor
     }
 
-    /// The daemons serving the store now. Records left by dead daemons are removed.
-    public static func active(in store: Store) -> [ActiveMount] {
+    /// The daemons serving the store now. Records left by dead daemons are removed. Throws when
+    /// that cannot be told (a listing, or a running daemon's record, that cannot be read): taken
+    /// for none, a running daemon would pass for a dead one, and its work for leftovers.
+    public static func active(in store: Store) throws -> [ActiveMount] {
         let directory = directory(of: store)
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.filter { $0.hasSuffix(".json") }.compactMap { name in
+        let listing: DirectoryHandle
+        do { listing = try DirectoryHandle(path: directory) } catch where errno == ENOENT { return [] }
+        return try listing.names().filter { $0.hasSuffix(".json") }.compactMap { name in
             let path = directory + "/" + name
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-            guard descriptor >= 0 else { return nil }
+            guard descriptor >= 0 else {
+                if errno == ENOENT { return nil }   // its daemon stopped meanwhile
+                throw posixError("open", path)
+            }
             defer { close(descriptor) }
-            if flock(descriptor, LOCK_SH | LOCK_NB) == 0 {
+            guard flock(descriptor, LOCK_SH | LOCK_NB) != 0 else {
                 unlink(path)
                 return nil
             }
-            guard let data = FileManager.default.contents(atPath: path) else { return nil }
-            return try? JSONDecoder().decode(ActiveMount.self, from: data)
+            guard errno == EWOULDBLOCK else { throw posixError("lock", path) }
+            return try record(in: descriptor, at: path)
         }
+    }
+
+    /// The record a running daemon holds open as `descriptor`. A daemon locks its record before
+    /// it writes it: an empty or partial one is read again for up to a second.
+    private static func record(in descriptor: Int32, at path: String) throws -> ActiveMount {
+        var lastError: any Error = ContainerError("empty")
+        for _ in 0..<100 {
+            var data = Data()
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let count = pread(descriptor, &buffer, buffer.count, off_t(data.count))
+                guard count >= 0 else { throw posixError("read", path) }
+                if count == 0 { break }
+                data.append(contentsOf: buffer[..<count])
+            }
+            do { return try JSONDecoder().decode(ActiveMount.self, from: data) } catch { lastError = error }
+            usleep(10_000)
+        }
+        throw ContainerError("\(path): a running daemon's record cannot be read (\(lastError)); stop that daemon (its pid is the file's name), then try again.")
     }
 
     /// Fails with a message that says how to go on when a daemon serves `id`.
     public static func refuseWhileMounted(_ store: Store, _ id: AppID) throws {
-        if let mount = active(in: store).first(where: { $0.covers(id) }) {
+        if let mount = try active(in: store).first(where: { $0.covers(id) }) {
             throw ContainerError("\(id) is mounted at \(mount.mountPoint) (daemon pid \(mount.pid)): unmount it first with `containerfs unmount \(mount.mountPoint)`.")
         }
     }

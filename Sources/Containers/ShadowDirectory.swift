@@ -8,7 +8,8 @@ public enum ShadowDirectory {
 
     /// The names (daemon process ids) of the shadow directories in `store` whose daemons are gone:
     /// not among the mounts that hold their records' locks (a process id alone may be reused).
-    /// Throws if the directory holding them cannot be listed: what they hold must not be skipped.
+    /// Throws if the directory holding them, or the running daemons' records, cannot be read: what
+    /// they hold must not be skipped, nor a running daemon's work taken for a dead one's.
     public static func left(in store: Store) throws -> [String] {
         let path = store.workPath + "/shadows"
         let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -17,7 +18,7 @@ public enum ShadowDirectory {
             throw posixError("open", path)
         }
         defer { close(directory) }
-        let live = Set(MountRegistry.active(in: store).map(\.pid))
+        let live = Set(try MountRegistry.active(in: store).map(\.pid))
         return try DirectoryHandle.names(of: directory).get().filter { name in
             pid_t(name).map { !live.contains($0) } ?? false
         }

@@ -77,7 +77,7 @@ public enum StoreCheck {
             unlisted.append(StoreProblem(description: "work: cannot be listed (\(error)); what processes that died left there is not checked.", repair: nil))
         }
         do { leftovers += try ShadowDirectory.left(in: store).map { "shadows/" + $0 } } catch {
-            unlisted.append(StoreProblem(description: "work/shadows: cannot be listed (\(error)); what daemons that died left there is not checked.", repair: nil))
+            unlisted.append(StoreProblem(description: "work/shadows: not checked (\(error)); what daemons that died left there may put files right.", repair: nil))
         }
         return unlisted + leftovers.sorted().map { name in
             let path = store.workPath + "/" + name

@@ -192,12 +192,36 @@ final class CrashTests: MountedTestCase {
         let mount = Shell.run(failing + "timeout 30 \(Shell.quote(MountedStore.executable)) mount -f "
                               + "\(Shell.quote(mounted.store.root)) \(Shell.quote(mountPoint))")
         XCTAssertNotEqual(mount.status, 0, mount.output)
-        XCTAssertTrue(mount.error.contains("shadows cannot be listed (") && mount.error.contains("Input/output error"), mount.error)
+        XCTAssertTrue(mount.error.contains("shadows: cannot tell what daemons that stopped left there (") && mount.error.contains("Input/output error"), mount.error)
         let check = Shell.run(failing + "\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
         XCTAssertNotEqual(check.status, 0, check.output)
-        XCTAssertTrue((check.output + check.error).contains("work/shadows: cannot be listed"), check.output + check.error)
+        XCTAssertTrue((check.output + check.error).contains("work/shadows: not checked ("), check.output + check.error)
         try mounted.remount()
         XCTAssertEqual(sh("cat Documents/c"), "c-v1\n", "the next mount that can list it puts the previous version back")
+    }
+
+    /// A check that cannot tell which daemons run (strace fails every listing of STORE/work/mounts)
+    /// does not take a running daemon's shadow directory for a dead one's: removing it would lose
+    /// the write in progress there, and the daemon's spares.
+    func testACheckThatCannotListTheMountsLeavesARunningDaemonsWorkAlone() throws {
+        let mounts = Shell.quote(mounted.store.workPath + "/mounts")
+        let result = Shell.run("""
+            echo old > Documents/w
+            ( exec 3>Documents/w; echo new >&3; sleep 2; exec 3>&- ) &
+            sleep 0.5
+            strace -f -o /dev/null -P \(mounts) -e trace=getdents64 -e inject=getdents64:error=EIO:when=1+ \
+              \(Shell.quote(MountedStore.executable)) check --repair \(Shell.quote(mounted.store.root)) 2>&1
+            echo "check: $?"
+            wait
+            cat Documents/w
+            echo again > Documents/v && cat Documents/v
+            """, in: home)
+        XCTAssertEqual(result.status, 0, result.error)
+        XCTAssertTrue(result.output.contains("work/shadows: not checked (\(mounted.store.workPath)/mounts: listing failed: Input/output error)"),
+                      result.output)
+        XCTAssertTrue(result.output.hasSuffix("check: 1\nnew\nagain\n"), result.output)
+        XCTAssertEqual(sh("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))"),
+                       "\(mounted.store.root): consistent.\n")
     }
 
     /// Two unwritten publishes of one file in a row leave two records, the second one's previous

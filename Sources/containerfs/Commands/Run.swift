@@ -62,7 +62,7 @@ struct RunCommand: ParsableCommand {
     private func locate(_ app: AppID) throws -> (Store, String, String?) {
         let path = Store.absolute(place)
         if let store = try? Store.open(path) {
-            guard let mount = MountRegistry.active(in: store).first(where: { $0.covers(app) && $0.root == nil }) else {
+            guard let mount = try MountRegistry.active(in: store).first(where: { $0.covers(app) && $0.root == nil }) else {
                 throw ContainerError("\(store.root) is not mounted. Mount it first: containerfs mount \(store.root) MOUNTPOINT")
             }
             return (store, mount.app == nil ? mount.mountPoint + "/" + app.rawValue : mount.mountPoint,
@@ -73,7 +73,7 @@ struct RunCommand: ParsableCommand {
             throw ContainerError("\(place) is neither a store nor a ContainerFS mount point.")
         }
         guard let store = Sandbox.store(mountedAs: source),
-              let mount = MountRegistry.active(in: store).first(where: { $0.mountPoint == path }) else {
+              let mount = try MountRegistry.active(in: store).first(where: { $0.mountPoint == path }) else {
             throw ContainerError("\(place): cannot find its store (the mount's source is '\(source)'); give the store instead.")
         }
         guard mount.root == nil, mount.covers(app) else {
