@@ -59,24 +59,36 @@ extension ContainerFileSystem {
         strcmp(name, "security.selinux") == 0 || strncmp(name, "system.posix_acl_", 17) == 0
     }
 
-    /// The value of a virtual attribute for `node`, or nil when `name` names none.
-    private func virtualAttribute(_ name: UnsafePointer<CChar>, of node: Node) -> [UInt8]? {
+    /// A virtual attribute's value, or the errno that keeps it from being read.
+    private enum VirtualAttribute {
+        case value([UInt8])
+        case error(Int32)
+    }
+
+    /// The virtual attribute `name` of `node`, or nil when `name` names none.
+    private func virtualAttribute(_ name: UnsafePointer<CChar>, of node: Node) -> VirtualAttribute? {
         guard strncmp(name, "user.containerfs.", 17) == 0 else { return nil }
-        if strcmp(name, ContainerFileSystem.controlSocketAttribute) == 0 { return controlSocketPath }
-        if strcmp(name, ContainerFileSystem.pathAttribute) == 0 { return nodes.itemPath(of: node).bytes }
+        if strcmp(name, ContainerFileSystem.controlSocketAttribute) == 0 { return .value(controlSocketPath) }
+        if strcmp(name, ContainerFileSystem.pathAttribute) == 0 { return .value(nodes.itemPath(of: node).bytes) }
         if strcmp(name, ContainerFileSystem.runningAppsAttribute) == 0, let islands {
-            return Array(String(islands.reload()).utf8)
+            // `containerfs run` starts its program only once the records are read whole.
+            do { return .value(Array(String(try islands.reload()).utf8)) } catch { return .error(EIO) }
         }
         if strcmp(name, ContainerFileSystem.versionsAttribute) == 0, node.isRegularFile,
            let directory = shadows.versions?.directory(of: node, in: nodes) {
-            return Array(directory.utf8)
+            return .value(Array(directory.utf8))
         }
         return nil
     }
 
     public func getxattr(_ request: FuseRequest, inode: InodeNumber, name: UnsafePointer<CChar>, size: Int) {
         let node = nodes.node(inode)
-        if let value = virtualAttribute(name, of: node) {
+        if let answer = virtualAttribute(name, of: node) {
+            let value: [UInt8]
+            switch answer {
+            case .value(let found): value = found
+            case .error(let error): return request.reply(error: error)
+            }
             guard size > 0 else { return request.reply(extendedAttributeSize: value.count) }
             guard size >= value.count else { return request.reply(error: ERANGE) }
             return value.withUnsafeBytes { request.reply(buffer: $0) }

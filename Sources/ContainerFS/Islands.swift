@@ -64,33 +64,45 @@ final class Islands: @unchecked Sendable {
         source.setEventHandler { [unowned self] in
             var buffer = [UInt8](repeating: 0, count: 4096)
             while read(descriptor, &buffer, buffer.count) > 0 {}
-            reload()
+            reloadOnWatch()
         }
         source.setCancelHandler { close(descriptor) }
-        reload()
         source.resume()
+        // Read once watched, so that no record made meanwhile is missed.
+        guard (try? reload()) != nil else { return nil }
+    }
+
+    /// A reload that fails keeps the records read before; `containerfs run` asks again itself.
+    private func reloadOnWatch() {
+        do { _ = try reload() } catch {}
     }
 
     deinit { source.cancel() }
 
     /// Reads the records again: on the watch's word, and when `containerfs run` asks through the
-    /// mount (`reloadAttribute`) before its program starts, so that no request of it comes first.
-    @discardableResult
-    func reload() -> Int {
+    /// mount (`runningAppsAttribute`) before its program starts, so that no request of it comes
+    /// first. Returns how many there are. A listing that fails throws and changes nothing: read
+    /// in part, it would leave an app's processes unconfined.
+    func reload() throws -> Int {
+        let recorded = try Islands.records(in: store)
+        install(recorded)
+        return recorded.count
+    }
+
+    /// The recorded sandboxes' reaches, by namespace.
+    private static func records(in store: Store) throws -> [UInt64: Reach] {
         var recorded: [UInt64: Reach] = [:]
-        if let handle = opendir(directory) {
-            defer { closedir(handle) }
-            while let entry = readdir(handle) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                guard let (namespace, app) = RunningApps.parse(name) else { continue }
-                // An app whose record cannot be read reaches its own container only.
-                let groups = AppID(app).flatMap { try? store.record($0) }?.groupIDs ?? []
-                recorded[namespace] = Reach(app: Array(app.utf8), groups: groups.map { Array($0.rawValue.utf8) })
-            }
+        for (namespace, app) in try RunningApps.recorded(in: store) {
+            // An app whose record cannot be read reaches its own container only.
+            let groups = AppID(app).flatMap { try? store.record($0) }?.groupIDs ?? []
+            recorded[namespace] = Reach(app: Array(app.utf8), groups: groups.map { Array($0.rawValue.utf8) })
         }
+        return recorded
+    }
+
+    private func install(_ recorded: [UInt64: Reach]) {
         state.withLock { $0 = State(recorded: recorded, resolved: [:]) }
         active.store(!recorded.isEmpty, ordering: .releasing)
-        return recorded.count
     }
 
     /// The identity of the process `pid` (a request's caller, a control client).

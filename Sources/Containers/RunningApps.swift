@@ -63,9 +63,10 @@ public enum RunningApps {
 
     /// The records whose launcher still runs. A record left by a launcher that died (killed, or a
     /// machine that stopped) is removed: its namespace is gone with its processes.
-    public static func list(in store: Store) -> [RunningApp] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory(of: store))) ?? []
-        return names.compactMap { name -> RunningApp? in
+    /// Throws when the records cannot be listed: taken for none, another sandbox of an app would
+    /// pass for gone.
+    public static func list(in store: Store) throws -> [RunningApp] {
+        return try names(in: store).compactMap { name -> RunningApp? in
             guard let (namespace, app) = parse(name) else { return nil }
             let path = directory(of: store) + "/" + name
             guard let text = try? String(contentsOfFile: path, encoding: .utf8),
@@ -79,6 +80,20 @@ public enum RunningApps {
     }
 
     /// `NAMESPACE.APPID` split, or nil for any other name (temporary files start with a dot).
+    /// The sandboxes recorded in `store`, by their records' names alone (what the daemons go by).
+    /// Throws when the records cannot be listed: taken for none, an app's processes would pass
+    /// for unconfined ones.
+    public static func recorded(in store: Store) throws -> [(namespace: UInt64, app: String)] {
+        try names(in: store).compactMap(parse)
+    }
+
+    /// The names in the records' directory (none while it does not exist).
+    private static func names(in store: Store) throws -> [String] {
+        let listing: DirectoryHandle
+        do { listing = try DirectoryHandle(path: directory(of: store)) } catch where errno == ENOENT { return [] }
+        return try listing.names()
+    }
+
     public static func parse(_ name: String) -> (UInt64, String)? {
         guard let dot = name.firstIndex(of: "."), let namespace = UInt64(name[..<dot]) else { return nil }
         let app = String(name[name.index(after: dot)...])

@@ -129,6 +129,26 @@ final class IslandTests: XCTestCase {
         """, limit: 60)
     }
 
+    /// A daemon that cannot list the records of running sandboxes (strace fails its `getdents64`
+    /// of STORE/work/running) does not take that for none: the app would run unconfined. `run`
+    /// asks the mount to read them before the program starts, and refuses when it cannot; the
+    /// program must then not run at all (bwrap, told to go by the end of its pipe as by a byte,
+    /// ran it anyway, unconfined, while `run` said it was not started).
+    func testAnAppDoesNotStartWhenTheMountCannotReadWhichAppsRun() throws {
+        let marker = mounted.container() + "/Documents/ran"
+        try mounted.failing("getdents64", with: "EIO", on: RunningApps.directory(of: mounted.store)) {
+            let refused = run(SampleApps.notes, "echo started; touch \"$HOME/Documents/ran\"")
+            XCTAssertNotEqual(refused.status, 0, refused.output)
+            XCTAssertEqual(refused.output, "", "the program ran")
+            XCTAssertTrue(refused.error.contains("does not confine apps (Input/output error)"), refused.error)
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marker), "the program ran")
+        let started = run(SampleApps.notes, "echo started; touch \"$HOME/Documents/ran\"")
+        XCTAssertEqual(started.status, 0, started.error)
+        XCTAssertEqual(started.output, "started\n")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: marker))
+    }
+
     func testSandboxesStartOnABusyMachine() {
         // bwrap binds the containers through the mount before the program may start; the mount
         // must not take it for the app meanwhile (it did, under load, for the last binds).

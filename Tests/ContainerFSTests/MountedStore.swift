@@ -60,6 +60,11 @@ final class MountedStore {
         try injecting(syscall, "error=" + error, body)
     }
 
+    /// Runs `body` while every call of `syscall` by the daemon on `path` fails with `error`.
+    func failing(_ syscall: String, with error: String, on path: String, _ body: () throws -> Void) throws {
+        try tracing(syscall, ["-P", path, "-e", "inject=\(syscall):error=\(error)", "-o", "/dev/null"], body)
+    }
+
     /// Runs `body` while every call of `syscall` by the daemon waits `seconds` before it starts.
     func delaying(_ syscall: String, by seconds: Double, _ body: () throws -> Void) throws {
         try injecting(syscall, "delay_enter=\(Int(seconds * 1_000_000))", body)

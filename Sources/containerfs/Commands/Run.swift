@@ -230,14 +230,17 @@ struct Sandbox {
             var go: UInt8 = 1
             if write(block[1], &go, 1) != 1 { refusal = "bwrap stopped before the program could start (\(String(cString: strerror(errno))))." }
         }
-        // Unless the mount knows the sandbox the program never starts: closing the pipe ends
-        // bwrap's wait, and it exits.
+        // Unless the mount knows the sandbox the program never starts. bwrap takes the pipe's end
+        // for a go as well, so the sandbox's first process, still waiting on it, is killed first.
+        if refusal != nil, let started, kill(started, SIGKILL) != 0, errno != ESRCH {
+            refusal! += " The sandbox could not be stopped (\(String(cString: strerror(errno)))): its program may run unconfined; stop it."
+        }
         close(block[1])
         let status = Sandbox.wait(pid)
         if started == nil || refusal != nil {
             printError(started == nil
                 ? "\(app) was not started: bwrap could not make the sandbox (see its message above). It needs user namespaces: run as root, or allow them (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)."
-                : "\(app) was not started: \(refusal ?? "its sandbox's namespace could not be read").")
+                : "\(app) was not started: \(refusal ?? "its sandbox's namespace could not be read.")")
             return status == 0 ? 1 : status
         }
         emptyTemporaryIfLast(store, besides: record)
@@ -318,7 +321,12 @@ struct Sandbox {
 
     /// tmp is emptied when the app's last sandbox ends, through the mount (presenters hear it).
     private func emptyTemporaryIfLast(_ store: Store, besides own: RunningApp?) {
-        guard !RunningApps.list(in: store).contains(where: { $0.app == app.rawValue && $0 != own }) else { return }
+        let running: [RunningApp]
+        do { running = try RunningApps.list(in: store) } catch {
+            printError("\(app): tmp is left as it is: whether another sandbox of the app runs cannot be told (\(error)).")
+            return
+        }
+        guard !running.contains(where: { $0.app == app.rawValue && $0 != own }) else { return }
         let tmp = container + "/tmp"
         for name in (try? FileManager.default.contentsOfDirectory(atPath: tmp)) ?? [] {
             do {

@@ -71,7 +71,8 @@ struct RunningAppsReport {
         guard let source = Sandbox.mountSource(of: mountPoint),
               let store = Sandbox.store(mountedAs: source)
         else { return "" }
-        let running = RunningApps.list(in: store)
+        let running: [RunningApp]
+        do { running = try RunningApps.list(in: store) } catch { return "Running apps: cannot be listed (\(error))\n" }
         guard !running.isEmpty else { return "Running apps: none\n" }
         let processes = Self.processes()
         var lines = ["Running apps:"]
