@@ -231,9 +231,14 @@ struct Sandbox {
             if write(block[1], &go, 1) != 1 { refusal = "bwrap stopped before the program could start (\(String(cString: strerror(errno))))." }
         }
         // Unless the mount knows the sandbox the program never starts. bwrap takes the pipe's end
-        // for a go as well, so the sandbox's first process, still waiting on it, is killed first.
-        if refusal != nil, let started, kill(started, SIGKILL) != 0, errno != ESRCH {
-            refusal! += " The sandbox could not be stopped (\(String(cString: strerror(errno)))): its program may run unconfined; stop it."
+        // for a go as well, so the sandbox's first process, still waiting on it, is killed first
+        // (or bwrap itself, which takes the sandbox with it: --die-with-parent).
+        if record == nil || refusal != nil, kill(started ?? pid, SIGKILL) != 0 {
+            let error = errno
+            if error != ESRCH {
+                refusal = (refusal ?? "its sandbox's namespace could not be read.")
+                    + " The sandbox could not be stopped (\(String(cString: strerror(error)))): its program may run unconfined; stop it."
+            }
         }
         close(block[1])
         let status = Sandbox.wait(pid)
