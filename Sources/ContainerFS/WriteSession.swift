@@ -363,32 +363,12 @@ final class Shadows: @unchecked Sendable {
             var attributes = stat()
             guard fstat(descriptor, &attributes) == 0 else { return errno }
             if copyingData, attributes.st_size > 0 {
-                let large = mayLog && attributes.st_size >= logThreshold
-                var original: Int32 = -1
-                defer { if original >= 0 { close(original) } }
-                let openOriginal = { original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) } }
-                var cloned = false
-                // Where the store cannot reflink (its first refusal stands), a large file is
-                // logged, which needs no descriptor to read it.
-                if !large || reflinks.load(ordering: .relaxed) {
-                    openOriginal()
-                    guard original >= 0 else { return errno }
-                    cloned = clinux_ficlone(shadow, original) == 0
-                    if !cloned, errno == EOPNOTSUPP { reflinks.store(false, ordering: .relaxed) }
-                }
-                if !cloned {
-                    if large {
-                        // A file the daemon cannot open for writing gets a copy, as any other.
-                        let writable = Backing.withProcPath(descriptor) { open($0, O_WRONLY | O_CLOEXEC) }
-                        if writable >= 0 {
-                            logged = LoggedRewrite(original: writable, size: attributes.st_size)
-                            return 0
-                        }
-                        if original < 0 { openOriginal() }
-                        guard original >= 0 else { return errno }
-                    }
-                    let error = copyData(from: original, to: shadow, size: Int(attributes.st_size))
-                    if error != 0 { return error }
+                let (error, log) = fillData(shadow, from: descriptor, size: attributes.st_size, mayLog: mayLog)
+                if error != 0 { return error }
+                // The log changes the file itself: the shadow stays unused.
+                if let log {
+                    logged = log
+                    return 0
                 }
             }
             // The shadow is the daemon's; as root, it takes the file's owner. Before the mode: a
@@ -399,6 +379,31 @@ final class Shadows: @unchecked Sendable {
             return Backing.withProcPath(descriptor) { copyExtendedAttributes(from: $0, to: shadow) }
         }
         return (error < 0 ? errno : error, logged)
+    }
+
+    /// Gives `shadow` the data of the file open (`O_PATH`) as `descriptor`, `size` bytes: a reflink
+    /// where the store has them, else a copy, or with `mayLog` for a large file a log instead.
+    private func fillData(_ shadow: Int32, from descriptor: Int32, size: off_t, mayLog: Bool) -> (Int32, LoggedRewrite?) {
+        let large = mayLog && size >= logThreshold
+        // Once the store has said it cannot reflink, that stands: a large file is logged at once.
+        let mayClone = reflinks.load(ordering: .relaxed)
+        if large, !mayClone, let logged = loggedRewrite(of: descriptor, size: size) { return (0, logged) }
+        let original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) }
+        guard original >= 0 else { return (errno, nil) }
+        defer { close(original) }
+        if mayClone {
+            if clinux_ficlone(shadow, original) == 0 { return (0, nil) }
+            if errno == EOPNOTSUPP { reflinks.store(false, ordering: .relaxed) }
+            if large, let logged = loggedRewrite(of: descriptor, size: size) { return (0, logged) }
+        }
+        return (copyData(from: original, to: shadow, size: Int(size)), nil)
+    }
+
+    /// A log for a rewrite of the file open (`O_PATH`) as `descriptor`; nil if the daemon cannot
+    /// open it for writing (it gets a copy, as any other).
+    private func loggedRewrite(of descriptor: Int32, size: off_t) -> LoggedRewrite? {
+        let writable = Backing.withProcPath(descriptor) { open($0, O_WRONLY | O_CLOEXEC) }
+        return writable >= 0 ? LoggedRewrite(original: writable, size: size) : nil
     }
 
     /// Whether the store's filesystem may reflink: false once it said it cannot.
