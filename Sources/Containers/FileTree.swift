@@ -54,6 +54,17 @@ final class DirectoryHandle {
         return directory
     }
 
+    /// The names in the directory at `path`, sorted, or none if there is no directory there. A
+    /// listing that fails throws: taken for an empty one, it would hide what is there.
+    static func names(ifPresentAt path: String) throws -> [String] {
+        let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return [] }
+            throw posixError("open", path)
+        }
+        return try DirectoryHandle(adopting: fd, path: path).names()
+    }
+
     /// The names in the directory, sorted, without `.` and `..`.
     func names() throws -> [String] {
         switch Self.names(of: fd) {

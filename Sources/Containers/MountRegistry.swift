@@ -53,9 +53,7 @@ public enum MountRegistry {
     /// for none, a running daemon would pass for a dead one, and its work for leftovers.
     public static func active(in store: Store) throws -> [ActiveMount] {
         let directory = directory(of: store)
-        let listing: DirectoryHandle
-        do { listing = try DirectoryHandle(path: directory) } catch where errno == ENOENT { return [] }
-        return try listing.names().filter { $0.hasSuffix(".json") }.compactMap { name in
+        return try DirectoryHandle.names(ifPresentAt: directory).filter { $0.hasSuffix(".json") }.compactMap { name in
             let path = directory + "/" + name
             let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else {

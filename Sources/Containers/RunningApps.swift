@@ -79,7 +79,6 @@ public enum RunningApps {
         }.sorted { ($0.app, $0.namespace) < ($1.app, $1.namespace) }
     }
 
-    /// `NAMESPACE.APPID` split, or nil for any other name (temporary files start with a dot).
     /// The sandboxes recorded in `store`, by their records' names alone (what the daemons go by).
     /// Throws when the records cannot be listed: taken for none, an app's processes would pass
     /// for unconfined ones.
@@ -89,11 +88,10 @@ public enum RunningApps {
 
     /// The names in the records' directory (none while it does not exist).
     private static func names(in store: Store) throws -> [String] {
-        let listing: DirectoryHandle
-        do { listing = try DirectoryHandle(path: directory(of: store)) } catch where errno == ENOENT { return [] }
-        return try listing.names()
+        try DirectoryHandle.names(ifPresentAt: directory(of: store))
     }
 
+    /// `NAMESPACE.APPID` split, or nil for any other name (temporary files start with a dot).
     public static func parse(_ name: String) -> (UInt64, String)? {
         guard let dot = name.firstIndex(of: "."), let namespace = UInt64(name[..<dot]) else { return nil }
         let app = String(name[name.index(after: dot)...])

@@ -110,16 +110,9 @@ public struct Store: Sendable {
     }
 
     /// The installed apps, sorted by ID.
+    /// A listing that fails throws: taken for empty, it would hide every app.
     public func apps() throws -> [AppRecord] {
-        try Store.names(in: appsPath).compactMap(AppID.init).sorted().map(record)
-    }
-
-    /// The names in one of the store's own directories (none if it is missing). A listing that
-    /// fails throws: taken for empty, it would hide every app, or call a group container unused.
-    private static func names(in path: String) throws -> [String] {
-        let directory: DirectoryHandle
-        do { directory = try DirectoryHandle(path: path) } catch where errno == ENOENT { return [] }
-        return try directory.names()
+        try DirectoryHandle.names(ifPresentAt: appsPath).compactMap(AppID.init).sorted().map(record)
     }
 
     public func record(_ id: AppID) throws -> AppRecord {
@@ -135,12 +128,12 @@ public struct Store: Sendable {
 
     /// The app groups that have a shared container, sorted.
     public func groups() throws -> [AppID] {
-        try Store.names(in: containersPath).compactMap(AppID.init).filter(\.isGroup).sorted()
+        try DirectoryHandle.names(ifPresentAt: containersPath).compactMap(AppID.init).filter(\.isGroup).sorted()
     }
 
     /// The names in STORE/containers: every app's and group's container, and anything else there.
     public func containerNames() throws -> [String] {
-        try Store.names(in: containersPath)
+        try DirectoryHandle.names(ifPresentAt: containersPath)
     }
 
     /// The installed apps that belong to `group`.
