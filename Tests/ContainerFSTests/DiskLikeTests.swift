@@ -21,14 +21,8 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
-    func testAFileHandleNeverOpensAnotherFile() {
-        // A file handle (`name_to_handle_at`, as an NFS server keeps them) names the kernel's inode
-        // number and a generation. The daemon's inode numbers are its nodes' addresses, which a
-        // node made after another was freed may get: a handle of the removed file then names the
-        // new one, and only the generation tells them apart. The stale handle is made here by
-        // giving one file's handle the other's generation.
-        everywhere("""
-        python3 - <<'EOF'
+    /// Python for file handles: `handle(name)` is `name_to_handle_at`'s answer, a `Handle`.
+    private static let fileHandles = """
         import ctypes, os
         libc = ctypes.CDLL(None, use_errno=True)
         class Handle(ctypes.Structure):
@@ -37,6 +31,17 @@ final class DiskLikeTests: MountedTestCase {
             found, mount = Handle(size=128), ctypes.c_int()
             assert libc.name_to_handle_at(-100, name.encode(), ctypes.byref(found), ctypes.byref(mount), 0) == 0
             return found
+        """
+
+    func testAFileHandleNeverOpensAnotherFile() {
+        // A file handle (`name_to_handle_at`, as an NFS server keeps them) names the kernel's inode
+        // number and a generation. The daemon's inode numbers are its nodes' addresses, which a
+        // node made after another was freed may get: a handle of the removed file then names the
+        // new one, and only the generation tells them apart. The stale handle is made here by
+        // giving one file's handle the other's generation.
+        everywhere("""
+        python3 - <<'EOF'
+        \(Self.fileHandles)
         def read(found):
             descriptor = libc.open_by_handle_at(here, ctypes.byref(found), os.O_RDONLY)
             if descriptor < 0: return os.strerror(ctypes.get_errno())
@@ -62,14 +67,7 @@ final class DiskLikeTests: MountedTestCase {
         everywhere("""
         mkdir -p a/b/c
         python3 - <<'EOF'
-        import ctypes, os
-        libc = ctypes.CDLL(None, use_errno=True)
-        class Handle(ctypes.Structure):
-            _fields_ = [("size", ctypes.c_uint), ("type", ctypes.c_int), ("bytes", ctypes.c_ubyte * 128)]
-        def handle(name):
-            found, mount = Handle(size=128), ctypes.c_int()
-            assert libc.name_to_handle_at(-100, name.encode(), ctypes.byref(found), ctypes.byref(mount), 0) == 0
-            return found
+        \(Self.fileHandles)
         here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
         watches = libc.inotify_init1(0)
         handles = {name: handle(name) for name in ["a", "a/b", "a/b/c"]}
