@@ -1,8 +1,8 @@
 import CLinux
+import Coordination
 import Dispatch
 import FUSELowLevel
 import Glibc
-import Synchronization
 
 /// Small helpers for system calls on backing files: no Foundation, no String per request.
 enum Backing {
@@ -90,7 +90,7 @@ enum Backing {
     /// `syncers` the others. A disk flushes the cache once for syncs that wait together, where syncs
     /// one after another flush it each. Returns each one's 0 or errno, in order.
     static func syncTogether(_ descriptors: [Int32]) -> [Int32] {
-        let results = Mutex([Int32](repeating: 0, count: descriptors.count))
+        let results = Locked([Int32](repeating: 0, count: descriptors.count))
         let group = DispatchGroup()
         for index in descriptors.indices.dropFirst() {
             let descriptor = descriptors[index]

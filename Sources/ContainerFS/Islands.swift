@@ -1,5 +1,6 @@
 import CLinux
 import Containers
+import Coordination
 import Dispatch
 import FUSELowLevel
 import Glibc
@@ -41,7 +42,7 @@ final class Islands: @unchecked Sendable {
     private let directory: String
     private let descriptor: Int32
     private let source: DispatchSourceRead
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// The daemon's own user namespace: its processes, and all of a machine without sandboxes.
     private let home: UInt64?
     /// Whether any app runs: requests skip the lookup of the caller's namespace when none does.

@@ -1,4 +1,5 @@
 import CLinux
+import Coordination
 import Glibc
 import Synchronization
 
@@ -21,7 +22,7 @@ final class RenameCommits: Sendable {
     private let commit: @Sendable () -> Int32
     private let made = Atomic<UInt64>(0)
     /// How many of `made` a commit carried. Its lock also makes concurrent syncs share a commit.
-    private let committed = Mutex<UInt64>(0)
+    private let committed = Locked<UInt64>(0)
     private let turns = Turns()
 
     /// `directory`: an open directory on the store's filesystem.

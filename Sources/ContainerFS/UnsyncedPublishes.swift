@@ -61,14 +61,14 @@ final class UnsyncedPublish: Sendable {
     /// Where the previous version is kept, when versions are kept.
     let versionPlace: ItemPath?
     /// The version, open (owned until the data is written), and then the outcome: 0 or an errno.
-    private let state: Mutex<(file: Int32, outcome: Int32?)>
+    private let state: Locked<(file: Int32, outcome: Int32?)>
 
     init(key: BackingKey, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
         self.key = key
         self.record = record
         self.previous = previous
         self.versionPlace = versionPlace
-        state = Mutex((file, nil))
+        state = Locked((file, nil))
     }
 
     /// Starts the writes of the data without waiting, so that a batch's writes go out together.
@@ -96,10 +96,10 @@ final class UnsyncedPublish: Sendable {
 /// A committed log's retirement (`Shadows.publishLog`), done once: on the background queue, or
 /// first by whoever must wait for it. A failure leaves it to be tried again by the next wait.
 final class LogRetirement: Sendable {
-    private let work: Mutex<(@Sendable () -> Int32)?>
+    private let work: Locked<(@Sendable () -> Int32)?>
 
     init(_ work: @escaping @Sendable () -> Int32) {
-        self.work = Mutex(work)
+        self.work = Locked(work)
     }
 
     /// Does the work unless it was done: 0, or its errno.

@@ -3,7 +3,6 @@ import Coordination
 import Dispatch
 import Foundation
 import Glibc
-import Synchronization
 
 /// Keeps the previous versions of files in Documents and Library, in the store's versions
 /// directory (docs/versions.md), within the mount's limits: the file a publish swaps out, and the
@@ -46,7 +45,7 @@ public final class VersionKeeper: @unchecked Sendable {
 
         var name: String { VersionStore.withName(nanoseconds) { String(cString: $0) } }
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Tells presenters of a version kept, by its name and the item's path; set before the
     /// session runs.
     var announce: @Sendable (String, ItemPath) -> Void = { _, _ in }

@@ -63,11 +63,11 @@ final class PublishedLog: Sendable {
     let target: [CChar]
     let key: BackingKey
     let records: [DeltaLog.Record]
-    let step: Mutex<Step>
+    let step: Locked<Step>
 
     init(file: Int32, log: Int32, logName: [CChar], target: [CChar], key: BackingKey, records: [DeltaLog.Record], committed: Bool) {
         (self.file, self.log, self.logName, self.target, self.key, self.records) = (file, log, logName, target, key, records)
-        step = Mutex(committed ? .apply : .commit)
+        step = Locked(committed ? .apply : .commit)
     }
 
     /// The publish applied the log itself.
