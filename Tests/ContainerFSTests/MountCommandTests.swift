@@ -109,8 +109,7 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testAnUnmountLeavesNoSpareOrPreviousVersionBehind() throws {
-        try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
-                      "at unmount libfuse cancels its worker threads inside read(), which ThreadSanitizer reports and halts on before the daemon cleans up")
+        try skipWhereThreadSanitizerHaltsTheDaemonAtUnmount()
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
         let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
         XCTAssertEqual(Shell.run("for n in 1 2 3 4 5 6; do echo $n > saved; done", in: documents).status, 0)
@@ -126,8 +125,7 @@ final class MountCommandTests: XCTestCase {
     }
 
     func testSignalsStopTheDaemonCleanly() throws {
-        try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
-                      "after a signal, libfuse cancels its worker threads inside read(), which ThreadSanitizer reports as a thread ending inside an interceptor")
+        try skipWhereThreadSanitizerHaltsTheDaemonAtUnmount()
         for signal in [SIGTERM, SIGINT] {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: MountedStore.executable)

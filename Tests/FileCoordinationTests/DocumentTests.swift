@@ -10,11 +10,13 @@ private final class TextDocument: Document, @unchecked Sendable {
         get { lock.withLock { storage } }
         set { lock.withLock { storage = newValue } }
     }
-    private(set) var conflicts: [URL] = []
+    private var conflictsKept: [URL] = []
+    /// Kept on the presenter's queue; read by the test.
+    var conflicts: [URL] { lock.withLock { conflictsKept } }
 
     override func contents() throws -> Data { Data(text.utf8) }
     override func load(fromContents data: Data) throws { text = String(decoding: data, as: UTF8.self) }
-    override func conflictKept(at conflictURL: URL) { lock.withLock { conflicts.append(conflictURL) } }
+    override func conflictKept(at conflictURL: URL) { lock.withLock { conflictsKept.append(conflictURL) } }
 }
 
 /// Two documents on one file behave as two apps' UIDocuments would (outside a mount: in-process
