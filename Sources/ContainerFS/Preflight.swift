@@ -54,7 +54,10 @@ enum Preflight {
             }
             throw ContainerError("\(path) is already a mount point: unmount it first (containerfs unmount \(path)).")
         }
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        let entries: [String]
+        do { entries = try DirectoryHandle.names(ifPresentAt: path) } catch {
+            throw ContainerError("\(error). A mount point must be an empty directory: one that cannot be listed may hide what is in it.")
+        }
         guard entries.isEmpty else {
             throw ContainerError("\(path) is not empty (\(entries.count) entries): mount on an empty directory, so nothing in it is hidden.")
         }

@@ -3,8 +3,8 @@ import Foundation
 /// An open directory, reached without following symlinks; closed when released.
 ///
 /// Everything that works on a container's backing files goes through these with `*at()` calls,
-/// so a symlink planted in a container is never followed by the tools (section 2 of the semantics).
-final class DirectoryHandle {
+/// so a symlink planted in a container is never followed by the tools (docs/policy.md).
+public final class DirectoryHandle {
     let fd: Int32
     /// The directory's path, for messages.
     let path: String
@@ -56,7 +56,7 @@ final class DirectoryHandle {
 
     /// The names in the directory at `path`, sorted, or none if there is no directory there. A
     /// listing that fails throws: taken for an empty one, it would hide what is there.
-    static func names(ifPresentAt path: String) throws -> [String] {
+    public static func names(ifPresentAt path: String) throws -> [String] {
         let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return [] }

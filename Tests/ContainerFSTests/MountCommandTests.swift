@@ -173,6 +173,15 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(result.error.contains("is not empty"), result.error)
         try FileManager.default.removeItem(atPath: mountPoint + "/file")
 
+        // A mount point that cannot be listed is not taken for an empty one (strace fails its listing).
+        result = Shell.run("strace -f -o /dev/null -P \(Shell.quote(mountPoint)) -e trace=getdents64 "
+                           + "-e inject=getdents64:error=EIO timeout 30 \(Shell.quote(MountedStore.executable)) mount -f "
+                           + "\(Shell.quote(storePath)) \(Shell.quote(mountPoint)) < /dev/null")
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("\(mountPoint): listing failed: Input/output error. A mount point must be an empty directory"),
+                      result.error)
+        XCTAssertFalse(isMounted)
+
         result = containerfs("mount -f --app com.example.none \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
         XCTAssertNotEqual(result.status, 0)
         XCTAssertTrue(result.error.contains("No app com.example.none"), result.error)
