@@ -1,6 +1,6 @@
 import DequeModule
 
-// The arbitration engine (container semantics, section 3.1). Callers never wait here: a request
+// The arbitration engine (docs/coordination.md, "Arbitration rules"). Callers never wait here: a request
 // either is granted at once or joins a FIFO queue, and its completion runs later on whichever
 // thread releases, cancels, disconnects or times out the access that stood in its way.
 

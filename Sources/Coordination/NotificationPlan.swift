@@ -1,5 +1,5 @@
-// Who hears what, and in which order, for one coordinated operation (container semantics,
-// section 3.2). A plan is computed from a snapshot of the registry before the operation, so the
+// Who hears what, and in which order, for one coordinated operation (docs/coordination.md,
+// "Presenters and messages"). A plan is computed from a snapshot of the registry before the operation, so the
 // "after" messages of a move already carry the new paths.
 
 public enum CoordinatedOperation: Hashable, Sendable {

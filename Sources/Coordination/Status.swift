@@ -22,7 +22,7 @@ public struct CoordinationStatus: Hashable, Sendable, Codable {
     /// Connected control-socket clients (filled in by `ControlServer`; absent from the engine's
     /// own status). Optional on the wire, so version 1 receivers that predate it still decode.
     public var clients: [ClientStatus]?
-    /// Open write sessions (atomic replace, container semantics section 4), filled in by the
+    /// Open write sessions (atomic replace: docs/atomic-replace.md), filled in by the
     /// daemon through `ControlServer`'s `writeSessions` hook.
     public var writeSessions: [WriteSessionStatus]?
     /// Entries left out of each list so that the status fits in one message (absent if none).
