@@ -372,7 +372,10 @@ extension MultiUserTests {
         XCTAssertEqual(rootStatus.status, 0, "root's status meanwhile: \(rootStatus.error)")
         let rootClient = Shell.run("\(binary) coordinate --read Documents -- true", in: home)
         XCTAssertEqual(rootClient.status, 0, "root's clients still connect meanwhile: \(rootClient.error)")
-        if let before = rssBefore, let after = residentKiB(of: mounted.daemonPID) {
+        if ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "address" {
+            // Its quarantine keeps what the daemon freed (256 MiB by default).
+            print("the daemon's growth is not judged under AddressSanitizer")
+        } else if let before = rssBefore, let after = residentKiB(of: mounted.daemonPID) {
             XCTAssertLessThan(after - before, 64 << 10, "the daemon grew by \(after - before) KiB")
         }
     }
