@@ -218,6 +218,13 @@ final class MountCommandTests: XCTestCase {
         XCTAssertNotEqual(check.status, 0, check.output)
         XCTAssertTrue(check.output.contains("apps: cannot be read (\(expected))"), check.output)
         XCTAssertFalse(check.output.contains("no installed app belongs to"), check.output)
+        // The containers' listing, likewise.
+        let containers = Shell.run("strace -f -o /dev/null -P \(Shell.quote(store.containersPath)) -e trace=getdents64 "
+                                   + "-e inject=getdents64:error=EIO:when=1+ \(Shell.quote(MountedStore.executable)) check "
+                                   + Shell.quote(storePath))
+        XCTAssertNotEqual(containers.status, 0, containers.output)
+        XCTAssertTrue(containers.output.contains("containers: cannot be listed (\(store.containersPath): listing failed: Input/output error)"),
+                      containers.output)
         // Without the failure, all is well.
         XCTAssertEqual(containerfs("check \(Shell.quote(storePath))").status, 0)
         XCTAssertEqual(containerfs("list \(Shell.quote(storePath))").output.split(separator: "\n").count, 3)

@@ -1,0 +1,40 @@
+import Foundation
+import XCTest
+@testable import Containers
+
+/// Which daemons serve a store, told by the records they hold locked (STORE/work/mounts).
+final class MountRegistryTests: XCTestCase {
+    /// A daemon locks its record before it writes it: a record found locked and still empty is read
+    /// again until it holds the mount; one that never does is an error, never "no daemon".
+    func testALockedRecordIsReadOnceWrittenAndNeverTakenForNone() throws {
+        let box = try Sandbox(self)
+        let directory = box.store.workPath + "/mounts"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let path = directory + "/4242.json"
+        let record = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        XCTAssertGreaterThanOrEqual(record, 0)
+        defer { close(record) }
+        XCTAssertEqual(flock(record, LOCK_EX | LOCK_NB), 0)
+
+        XCTAssertThrowsError(try MountRegistry.active(in: box.store)) { error in
+            XCTAssertTrue("\(error)".contains("a running daemon's record cannot be read"), "\(error)")
+        }
+
+        let mount = ActiveMount(mountPoint: "/mnt/x", app: nil, pid: 4242)
+        let data = try JSONEncoder().encode(mount)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.2) {
+            _ = data.withUnsafeBytes { pwrite(record, $0.baseAddress, $0.count, 0) }
+        }
+        XCTAssertEqual(try MountRegistry.active(in: box.store), [mount])
+    }
+
+    /// A record nobody holds locked is a dead daemon's: removed, and not counted.
+    func testAnUnlockedRecordIsADeadDaemonsAndGoes() throws {
+        let box = try Sandbox(self)
+        let directory = box.store.workPath + "/mounts"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try JSONEncoder().encode(ActiveMount(mountPoint: "/mnt/x", app: nil, pid: 4242)).write(to: URL(fileURLWithPath: directory + "/4242.json"))
+        XCTAssertEqual(try MountRegistry.active(in: box.store), [])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory + "/4242.json"))
+    }
+}
