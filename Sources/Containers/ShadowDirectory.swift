@@ -11,17 +11,11 @@ public enum ShadowDirectory {
     /// Throws if the directory holding them, or the running daemons' records, cannot be read: what
     /// they hold must not be skipped, nor a running daemon's work taken for a dead one's.
     public static func left(in store: Store) throws -> [String] {
-        let path = store.workPath + "/shadows"
-        let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else {
-            if errno == ENOENT { return [] }
-            throw posixError("open", path)
-        }
-        defer { close(directory) }
+        // Listed before the records are read: a daemon records itself before it makes its
+        // directory, so one that starts in between is counted live, not taken for a dead one.
+        let names = try DirectoryHandle.names(ifPresentAt: store.workPath + "/shadows")
         let live = Set(try MountRegistry.active(in: store).map(\.pid))
-        return try DirectoryHandle.names(of: directory).get().filter { name in
-            pid_t(name).map { !live.contains($0) } ?? false
-        }
+        return names.filter { name in pid_t(name).map { !live.contains($0) } ?? false }
     }
 
     /// Recovers what daemons that are gone left in `store` (`remove`), before something reads the
