@@ -91,6 +91,13 @@ final class IslandTests: XCTestCase {
     /// it lists each, and opens, creates and renames in it. One line per directory.
     private func attemptsThroughPassedDescriptors(as app: String, _ directories: [(label: String, path: String)],
                                                   place: String? = nil) -> Shell.Result {
+        Shell.run(passedDescriptorsScript(as: app, directories, place: place), limit: 60)
+    }
+
+    /// The script of `attemptsThroughPassedDescriptors`. With `go`, the app's process makes
+    /// its attempts once its Documents hold a file of that name.
+    private func passedDescriptorsScript(as app: String, _ directories: [(label: String, path: String)],
+                                         place: String? = nil, waitingFor go: String? = nil) -> String {
         let socket = "cfs-island-\(UUID().uuidString.prefix(8))"
         let server = """
         import array, os, socket, sys
@@ -100,8 +107,10 @@ final class IslandTests: XCTestCase {
         fds = [os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.argv[1:]]
         c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]); c.close()
         """
+        let wait = go.map { "while not os.path.exists(os.environ['HOME'] + '/Documents/\($0)'): time.sleep(0.05)" } ?? ""
         let client = """
-        import array, os, socket, sys
+        import array, os, socket, sys, time
+        \(wait)
         s = socket.socket(socket.AF_UNIX); s.connect("\\0\(socket)")
         _, ancillary, _, _ = s.recvmsg(1, socket.CMSG_LEN(64))
         fds = array.array("i"); fds.frombytes(ancillary[0][2])
@@ -121,12 +130,12 @@ final class IslandTests: XCTestCase {
         }
         let paths = directories.map { Shell.quote($0.path) }.joined(separator: " ")
         let labels = directories.map { Shell.quote($0.label) }.joined(separator: " ")
-        return Shell.run("""
-        python3 -c \(Shell.quote(server)) \(paths) > \(Shell.quote(mounted.root.path))/server.out &
+        return """
+        timeout 60 python3 -c \(Shell.quote(server)) \(paths) > \(Shell.quote(mounted.root.path))/server.out &
         while ! grep -q ready \(Shell.quote(mounted.root.path))/server.out 2>/dev/null; do sleep 0.05; done
-        \(binary) run \(Shell.quote(place ?? mounted.mountPoint)) \(app) -- python3 -c \(Shell.quote(client)) \(labels)
+        timeout 60 \(binary) run \(Shell.quote(place ?? mounted.mountPoint)) \(app) -- python3 -c \(Shell.quote(client)) \(labels)
         wait
-        """, limit: 60)
+        """
     }
 
     /// A daemon that cannot list the records of running sandboxes (strace fails its `getdents64`
@@ -147,6 +156,42 @@ final class IslandTests: XCTestCase {
         XCTAssertEqual(started.status, 0, started.error)
         XCTAssertEqual(started.output, "started\n")
         XCTAssertTrue(FileManager.default.fileExists(atPath: marker))
+    }
+
+    /// A reload on the watch's word that cannot list the records (strace fails the daemon's
+    /// `getdents64` of STORE/work/running) keeps the records read before: a running app stays
+    /// confined. Taken for none, its processes would pass for unconfined ones.
+    func testARunningAppStaysConfinedWhenTheRecordsCannotBeReadAgain() throws {
+        let records = RunningApps.directory(of: mounted.store)
+        let output = mounted.root.path + "/attempts.out"
+        let script = passedDescriptorsScript(as: SampleApps.notes, [("photos", mounted.container(SampleApps.photos) + "/Documents")],
+                                             waitingFor: "go")
+        XCTAssertTrue(FileManager.default.createFile(atPath: output, contents: nil))
+        let attempts = Process()
+        attempts.executableURL = URL(fileURLWithPath: "/bin/bash")
+        attempts.arguments = ["-c", script]
+        attempts.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+        attempts.standardError = attempts.standardOutput
+        try attempts.run()
+        defer { attempts.waitUntilExit() }
+        let deadline = Date().addingTimeInterval(30)
+        while try RunningApps.recorded(in: mounted.store).isEmpty, Date() < deadline { usleep(50_000) }
+        XCTAssertEqual(try RunningApps.recorded(in: mounted.store).map(\.app), [SampleApps.notes], "the app did not start")
+        try mounted.failing("getdents64", with: "EIO", on: records) {
+            // A record's temporary file comes and goes: the watch tells the daemon, which reads
+            // the records again, and cannot.
+            let trigger = records + "/.trigger"
+            XCTAssertTrue(FileManager.default.createFile(atPath: trigger, contents: nil))
+            try FileManager.default.removeItem(atPath: trigger)
+            usleep(500_000)
+            XCTAssertTrue(FileManager.default.createFile(atPath: mounted.container() + "/Documents/go", contents: nil))
+            let deadline = Date().addingTimeInterval(30)
+            while attempts.isRunning, Date() < deadline { usleep(50_000) }
+        }
+        XCTAssertEqual(try String(contentsOfFile: output, encoding: .utf8),
+                       "photos: list Permission denied, open Permission denied, create Permission denied, rename Permission denied\n")
+        XCTAssertEqual(try String(contentsOfFile: mounted.container(SampleApps.photos) + "/Documents/secret.txt", encoding: .utf8),
+                       "photos' secret\n")
     }
 
     func testSandboxesStartOnABusyMachine() {
