@@ -194,6 +194,26 @@ final class IslandTests: XCTestCase {
                        "photos' secret\n")
     }
 
+    /// A bwrap that never says it made the sandbox (it tells `run` the sandbox's first process on
+    /// descriptor 3) but waits on descriptor 4 to start the program, as bwrap does: it takes the
+    /// pipe's end for a go too, so `run` stops it first. A stand-in bound over /usr/bin/bwrap in a
+    /// mount namespace of the test's own.
+    func testABwrapThatNeverReportsItsSandboxDoesNotStartTheProgram() throws {
+        try XCTSkipIf(geteuid() != 0, "binding a stand-in over /usr/bin/bwrap needs root")
+        let marker = mounted.root.path + "/ran"
+        let fake = mounted.root.path + "/bwrap"
+        try "#!/bin/sh\nexec 3>&-\ncat <&4 >/dev/null\ntouch \(Shell.quote(marker))\n".write(toFile: fake, atomically: false, encoding: .utf8)
+        XCTAssertEqual(chmod(fake, 0o755), 0)
+        let result = Shell.run("""
+        unshare --mount --propagation private sh -c 'mount --bind \(fake) /usr/bin/bwrap && \
+          \(binary) run \(Shell.quote(mounted.mountPoint)) \(SampleApps.notes) -- true'
+        """, limit: 30)
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.error.contains("\(SampleApps.notes) was not started: bwrap could not make the sandbox"), result.error)
+        usleep(200_000)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marker), "the program ran")
+    }
+
     func testSandboxesStartOnABusyMachine() {
         // bwrap binds the containers through the mount before the program may start; the mount
         // must not take it for the app meanwhile (it did, under load, for the last binds).
