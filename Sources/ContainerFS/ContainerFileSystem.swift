@@ -59,7 +59,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         shadows = Shadows(directory: shadowDirectory, logThreshold: largeFile, versions: versions)
         versions?.announce = { [coordination] version, path in coordination.announceVersion(version, of: path) }
         shadows.inUse = { [nodes] key in nodes.serves(key) }
-        versions?.recycle = { [weak shadows] path in shadows?.recycle(path, in: AT_FDCWD) ?? false }
+        versions?.recycle = { [weak shadows] name, directory in shadows?.recycle(name, in: directory) ?? false }
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
         rootAppName = rootApp.map { Array($0.rawValue.utf8) }

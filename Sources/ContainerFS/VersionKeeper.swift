@@ -25,17 +25,12 @@ public final class VersionKeeper: @unchecked Sendable {
     private static let directoriesKept = 8
 
     /// A versions directory, open for linking into while a keep may use it.
-    final class Directory: Sendable {
-        let path: String
-        let descriptor: Int32
+    final class Directory: @unchecked Sendable {
+        let handle: DirectoryHandle
+        var path: String { handle.path }
+        var descriptor: Int32 { handle.fd }
 
-        init?(path: String) {
-            descriptor = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
-            guard descriptor >= 0 else { return nil }
-            self.path = path
-        }
-
-        deinit { close(descriptor) }
+        init(_ handle: DirectoryHandle) { self.handle = handle }
     }
 
     /// A version linked into its directory.
@@ -49,9 +44,9 @@ public final class VersionKeeper: @unchecked Sendable {
     /// Tells presenters of a version kept, by its name and the item's path; set before the
     /// session runs.
     var announce: @Sendable (String, ItemPath) -> Void = { _, _ in }
-    /// Takes a version the limits remove as a spare shadow (`Shadows.recycle`), or says no; set
-    /// before the session runs.
-    var recycle: @Sendable (String) -> Bool = { _ in false }
+    /// Takes a version the limits remove (its name, its open directory) as a spare shadow
+    /// (`Shadows.recycle`), or says no; set before the session runs.
+    var recycle: @Sendable (String, Int32) -> Bool = { _, _ in false }
     /// Moves versions aside and removes what the limits no longer allow, off the requests' threads,
     /// one at a time (a directory is never removed while a version goes into it).
     private let queue = DispatchQueue(label: "containerfs.versions", qos: .utility)
@@ -173,8 +168,8 @@ public final class VersionKeeper: @unchecked Sendable {
     /// The item's versions directory, made and opened the first time.
     private func versionsDirectory(of place: ItemPath) -> Directory? {
         if let known = state.withLock({ $0.directories[place] }) { return known }
-        guard let (container, path) = split(place), let made = try? store.prepare(container: container, path: path),
-              let opened = Directory(path: made) else { return nil }
+        guard let (container, path) = split(place), let made = try? store.prepare(container: container, path: path) else { return nil }
+        let opened = Directory(made)
         state.withLock { state in
             if state.directories.count >= Self.directoriesKept, let any = state.directories.keys.first {
                 state.directories[any] = nil
@@ -192,7 +187,7 @@ public final class VersionKeeper: @unchecked Sendable {
 
     /// Counts a kept version, tells presenters, and removes what the limits no longer allow.
     private func retain(_ kept: Kept, of place: ItemPath) {
-        guard let version = VersionStore.record(named: kept.name, in: kept.directory.path) else { return }
+        guard let version = VersionStore.record(named: kept.name, in: kept.directory.handle) else { return }
         announce(version.name, place)
         remove(withRetention { $0.kept(version) })
     }
@@ -207,12 +202,16 @@ public final class VersionKeeper: @unchecked Sendable {
         }
     }
 
-    /// On `queue`. A version someone removed already (the shell, the client library) is gone either way.
+    /// On `queue`. A version someone removed already (the shell, the client library) is gone either
+    /// way. Its directory is reached as the store made it, never through a link planted there.
     private func remove(_ removal: VersionRetention.Removal) {
-        for version in removal.versions where !recycle(version.path) { unlink(version.path) }
+        for version in removal.versions {
+            guard let directory = try? store.open(version.directory) else { continue }
+            if !recycle(version.name, directory.fd) { unlinkat(directory.fd, version.name, 0) }
+        }
         for directory in removal.emptiedDirectories {
             forgetDirectories { $0.path == directory }
-            VersionStore.removeDirectory(directory)
+            store.removeDirectory(directory)
         }
     }
 }

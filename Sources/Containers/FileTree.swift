@@ -5,9 +5,9 @@ import Foundation
 /// Everything that works on a container's backing files goes through these with `*at()` calls,
 /// so a symlink planted in a container is never followed by the tools (docs/policy.md).
 public final class DirectoryHandle {
-    let fd: Int32
+    public let fd: Int32
     /// The directory's path, for messages.
-    let path: String
+    public let path: String
 
     init(path: String) throws {
         let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -31,6 +31,13 @@ public final class DirectoryHandle {
             throw posixError("open", parent.path + "/" + name)
         }
         return DirectoryHandle(adopting: fd, path: parent.path + "/" + name)
+    }
+
+    /// The subdirectory `name`, made with `mode` if it was missing (`made`); never a link.
+    static func making(_ name: String, in parent: DirectoryHandle, mode: mode_t) throws -> (directory: DirectoryHandle, made: Bool) {
+        let made = mkdirat(parent.fd, name, mode) == 0
+        guard made || errno == EEXIST else { throw posixError("mkdir", parent.path + "/" + name) }
+        return (try DirectoryHandle(in: parent, name), made)
     }
 
     private static func openDirectory(_ name: String, in parent: DirectoryHandle) -> Int32? {

@@ -56,35 +56,60 @@ public struct VersionStore: Sendable {
         return String(decoding: hex, as: UTF8.self)
     }
 
-    /// Makes the file's versions directory (and the store's, private to its owner), recording its path.
-    /// A daemon running as root gives what it makes to the store's owner, who lists and removes versions.
-    public func prepare(container: String, path: String) throws -> String {
-        let directory = directory(container: container, path: path)
-        for (made, mode) in [(root, mode_t(0o700)), (root + "/" + container, 0o755), (directory, 0o755)] {
-            if mkdir(made, mode) == 0 {
-                try giveToOwner(made)
-            } else if errno != EEXIST {
-                throw posixError("mkdir", made)
-            } else {
-                continue
-            }
-            guard made == directory else { continue }
-            let pathFile = directory + "/" + VersionStore.pathFileName
-            do {
-                try Data((path + "\n").utf8).write(to: URL(fileURLWithPath: pathFile))
-            } catch {
-                throw ContainerError("\(directory): cannot record the path of its versions (\(error.localizedDescription)).")
-            }
-            try giveToOwner(pathFile)
+    /// Makes the file's versions directory (and the store's, private to its owner), recording its
+    /// path, and opens it. A daemon running as root gives what it makes to the store's owner, who
+    /// lists and removes versions. Everything below the store's root is reached one real directory
+    /// at a time: the owner owns these directories, and a link planted among them must not lead a
+    /// daemon running as root out of the store (docs/versions.md, "Who owns them").
+    public func prepare(container: String, path: String) throws -> DirectoryHandle {
+        let owner = try self.owner()
+        let (versions, madeVersions) = try DirectoryHandle.making("versions", in: DirectoryHandle(path: storeRoot), mode: 0o700)
+        if madeVersions { try give(versions, to: owner) }
+        let (parent, madeParent) = try DirectoryHandle.making(container, in: versions, mode: 0o755)
+        if madeParent { try give(parent, to: owner) }
+        let (directory, made) = try DirectoryHandle.making(VersionStore.key(path), in: parent, mode: 0o755)
+        guard made else { return directory }
+        // Written before the directory is the owner's: nothing of theirs is in it yet.
+        let pathFile = openat(directory.fd, VersionStore.pathFileName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard pathFile >= 0 else { throw posixError("create", directory.path + "/" + VersionStore.pathFileName) }
+        defer { close(pathFile) }
+        let text = Array((path + "\n").utf8)
+        guard write(pathFile, text, text.count) == text.count else {
+            throw ContainerError("\(directory.path): cannot record the path of its versions (\(String(cString: strerror(errno)))).")
         }
+        if let owner, fchown(pathFile, owner.st_uid, owner.st_gid) != 0 {
+            throw posixError("chown", directory.path + "/" + VersionStore.pathFileName)
+        }
+        try give(directory, to: owner)
         return directory
     }
 
-    private func giveToOwner(_ path: String) throws {
+    /// The store's owner, when it is not this process's user (a daemon running as root).
+    private func owner() throws -> stat? {
         var owner = stat()
         guard stat(storeRoot, &owner) == 0 else { throw posixError("stat", storeRoot) }
-        guard owner.st_uid != geteuid() else { return }
-        guard lchown(path, owner.st_uid, owner.st_gid) == 0 else { throw posixError("chown", path) }
+        return owner.st_uid != geteuid() ? owner : nil
+    }
+
+    private func give(_ directory: DirectoryHandle, to owner: stat?) throws {
+        guard let owner else { return }
+        guard fchown(directory.fd, owner.st_uid, owner.st_gid) == 0 else { throw posixError("chown", directory.path) }
+    }
+
+    /// Opens one of this store's versions directories (`ROOT/CONTAINER/KEY`, as records name them)
+    /// one real directory at a time, as `prepare` does.
+    public func open(_ directory: String) throws -> DirectoryHandle {
+        let (container, key) = try locate(directory)
+        return try DirectoryHandle(in: container, key)
+    }
+
+    /// The open container directory of one of this store's versions directories, and its name in it.
+    private func locate(_ directory: String) throws -> (DirectoryHandle, String) {
+        let components = directory.hasPrefix(root + "/") ? directory.dropFirst(root.count + 1).split(separator: "/") : []
+        guard components.count == 2, !components.contains(where: { $0 == "." || $0 == ".." }) else {
+            throw ContainerError("\(directory): not a versions directory of the store \(storeRoot).")
+        }
+        return (try DirectoryHandle(in: DirectoryHandle(path: root), String(components[0])), String(components[1]))
     }
 
     /// Runs `body` with the name of the version replaced `nanoseconds` after 1970, `v-NANOSECONDS`,
@@ -107,28 +132,39 @@ public struct VersionStore: Sendable {
 
     /// The versions kept in `directory`, oldest first.
     public static func versions(in directory: String) -> [FileVersionRecord] {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.compactMap { record(named: $0, in: directory) }
+        (try? DirectoryHandle(path: directory)).map(versions(in:)) ?? []
+    }
+
+    /// The versions kept in the open `directory`, oldest first.
+    public static func versions(in directory: DirectoryHandle) -> [FileVersionRecord] {
+        ((try? directory.names()) ?? []).compactMap { record(named: $0, in: directory) }
             .sorted { $0.name.count != $1.name.count ? $0.name.count < $1.name.count : $0.name < $1.name }
     }
 
     /// The version `name` in `directory`, if it is one.
     public static func record(named name: String, in directory: String) -> FileVersionRecord? {
-        guard name.hasPrefix(versionPrefix), let nanoseconds = UInt64(name.dropFirst(versionPrefix.count)) else { return nil }
-        var attributes = stat()
-        guard lstat(directory + "/" + name, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFREG else { return nil }
-        return FileVersionRecord(name: name, directory: directory,
+        (try? DirectoryHandle(path: directory)).flatMap { record(named: name, in: $0) }
+    }
+
+    /// The version `name` in the open `directory`, if it is one.
+    public static func record(named name: String, in directory: DirectoryHandle) -> FileVersionRecord? {
+        guard name.hasPrefix(versionPrefix), let nanoseconds = UInt64(name.dropFirst(versionPrefix.count)),
+              let attributes = try? directory.status(of: name), attributes.st_mode & S_IFMT == S_IFREG else { return nil }
+        return FileVersionRecord(name: name, directory: directory.path,
                                  replacedAt: Date(timeIntervalSince1970: Double(nanoseconds) / 1e9),
                                  modifiedAt: Date(attributes.st_mtim),
                                  size: UInt64(attributes.st_size), allocatedBytes: UInt64(attributes.st_blocks) * 512)
     }
 
-    /// Every version in the store, oldest first, for retention across files.
+    /// Every version in the store, oldest first, for retention across files. What is not a real
+    /// directory (a link planted there) holds none.
     public func allVersions() -> [FileVersionRecord] {
+        guard let versions = try? DirectoryHandle(path: root) else { return [] }
         var all: [FileVersionRecord] = []
-        for container in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] {
-            for key in (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + container)) ?? [] {
-                all += VersionStore.versions(in: root + "/" + container + "/" + key)
+        for container in (try? versions.names()) ?? [] {
+            guard let folder = try? DirectoryHandle(in: versions, container) else { continue }
+            for key in (try? folder.names()) ?? [] {
+                if let directory = try? DirectoryHandle(in: folder, key) { all += VersionStore.versions(in: directory) }
             }
         }
         return all.sorted { $0.replacedAt < $1.replacedAt }
@@ -137,14 +173,24 @@ public struct VersionStore: Sendable {
     /// Removes a version; its directory too once it holds no other.
     public static func remove(_ version: FileVersionRecord) throws {
         guard unlink(version.path) == 0 || errno == ENOENT else { throw posixError("unlink", version.path) }
-        if versions(in: version.directory).isEmpty { removeDirectory(version.directory) }
+        if versions(in: version.directory).isEmpty, let parent = try? DirectoryHandle(path: (version.directory as NSString).deletingLastPathComponent) {
+            removeDirectory((version.directory as NSString).lastPathComponent, in: parent)
+        }
     }
 
-    /// Removes a versions directory that holds no version. One that got a version meanwhile stays
-    /// (rmdir fails), without its path file: listings do not need it.
-    public static func removeDirectory(_ directory: String) {
-        unlink(directory + "/" + pathFileName)
-        rmdir(directory)
+    /// Removes one of this store's versions directories that holds no version, reached as `open`
+    /// reaches it.
+    public func removeDirectory(_ directory: String) {
+        guard let (container, key) = try? locate(directory) else { return }
+        VersionStore.removeDirectory(key, in: container)
+    }
+
+    /// Removes the versions directory `name` in `parent` if it holds no version. One that got a
+    /// version meanwhile stays (rmdir fails), without its path file: listings do not need it.
+    private static func removeDirectory(_ name: String, in parent: DirectoryHandle) {
+        guard let directory = try? DirectoryHandle(in: parent, name) else { return }
+        unlinkat(directory.fd, pathFileName, 0)
+        unlinkat(parent.fd, name, AT_REMOVEDIR)
     }
 }
 

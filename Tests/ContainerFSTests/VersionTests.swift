@@ -265,6 +265,43 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(versions(home + "/Documents/shared/theirs.txt"), ["a\n"])
     }
 
+    /// The versions directories are the store's owner's, and the daemon runs as root: a link the
+    /// owner plants there must lead the daemon nowhere out of the store. One link takes the place
+    /// of a file's versions directory and points at a folder of root's holding a file named as a
+    /// version from 1970, which the limits would remove at the daemon's second keep; another takes the
+    /// place of the container's versions directory and points at another folder of root's, where
+    /// the next file's versions directory would be made and given to the owner.
+    func testALinkPlantedInTheVersionsLeadsTheDaemonNowhere() throws {
+        try remount(with: "allow_other")
+        let owner = "setpriv --reuid=4242 --regid=4242 --clear-groups"
+        let elsewhere = mounted.root.appendingPathComponent("elsewhere").path
+        let outside = mounted.root.appendingPathComponent("outside").path
+        for folder in [elsewhere, outside] { try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true) }
+        try "root's\n".write(toFile: elsewhere + "/v-1", atomically: false, encoding: .utf8)
+        let versions = Shell.quote(mounted.store.root + "/versions")
+        let documents = Shell.quote(home + "/Documents")
+        XCTAssertEqual(Shell.run("chown -R 4242:4242 \(Shell.quote(mounted.store.root)) && chmod 755 \(Shell.quote(mounted.root.path))").status, 0)
+        let planted = Shell.run("""
+        \(owner) sh -ec 'mkdir -p \(versions)/\(SampleApps.notes); ln -s \(Shell.quote(elsewhere)) \(versions)/\(SampleApps.notes)/planted
+        echo a > \(documents)/first.txt; echo b > \(documents)/first.txt; echo c > \(documents)/first.txt'
+        """)
+        XCTAssertEqual(planted.status, 0, planted.error)
+        // The first keep loads the store's versions; the second applies the limits to them.
+        waitForVersions(home + "/Documents/first.txt", count: 2)
+        usleep(300_000)
+        XCTAssertEqual(try String(contentsOfFile: elsewhere + "/v-1", encoding: .utf8), "root's\n", "the daemon emptied or removed a file out of the store")
+        let moved = Shell.run("""
+        \(owner) sh -ec 'mv \(versions)/\(SampleApps.notes) \(versions)/moved; ln -s \(Shell.quote(outside)) \(versions)/\(SampleApps.notes)
+        echo a > \(documents)/second.txt; echo b > \(documents)/second.txt'
+        """)
+        XCTAssertEqual(moved.status, 0, moved.error)
+        usleep(500_000)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [], "the daemon made something out of the store")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere), ["v-1"])
+        // Without its versions the file is still written.
+        XCTAssertEqual(sh("cat Documents/second.txt"), "b\n")
+    }
+
     func testPresentersHearAVersionKept() throws {
         let documents = home + "/Documents"
         sh("echo one > Documents/heard.txt")

@@ -57,7 +57,7 @@ final class VersionsTests: XCTestCase {
     func testTheStoreListsAFilesVersionsOldestFirstAndTidiesUp() throws {
         let box = try Sandbox(self)
         let versions = VersionStore(store: box.store)
-        let directory = try versions.prepare(container: "com.example.notes", path: "Documents/a b/note.txt")
+        let directory = try versions.prepare(container: "com.example.notes", path: "Documents/a b/note.txt").path
         XCTAssertEqual(directory, versions.directory(container: "com.example.notes", path: "Documents/a b/note.txt"))
         XCTAssertNotEqual(directory, versions.directory(container: "com.example.notes", path: "Documents/a b/other.txt"))
         XCTAssertEqual(box.read(directory + "/path"), "Documents/a b/note.txt\n")
@@ -76,5 +76,30 @@ final class VersionsTests: XCTestCase {
         XCTAssertEqual(versions.allVersions().count, 2)
         for version in listed { try VersionStore.remove(version) }
         XCTAssertFalse(FileManager.default.fileExists(atPath: directory))
+    }
+
+    /// The store's owner owns the versions directories: a link planted among them is never
+    /// followed, by the making, the listing, the opening or the removal of one.
+    func testALinkPlantedAmongTheVersionsIsNeverFollowed() throws {
+        let box = try Sandbox(self)
+        let versions = VersionStore(store: box.store)
+        let outside = box.root + "/outside"
+        try FileManager.default.createDirectory(atPath: outside + "/key", withIntermediateDirectories: true)
+        try box.write("key/v-1", "not the store's", under: outside)
+        let kept = try versions.prepare(container: "com.example.notes", path: "Documents/kept.txt").path
+        try box.write("v-2", "kept", under: kept)
+        XCTAssertEqual(symlink(outside + "/key", versions.root + "/com.example.notes/planted"), 0)
+        XCTAssertEqual(symlink(outside, versions.root + "/com.example.mail"), 0)
+        XCTAssertThrowsError(try versions.prepare(container: "com.example.mail", path: "Documents/note.txt"))
+        XCTAssertEqual(versions.allVersions().map(\.path), [kept + "/v-2"])
+        XCTAssertThrowsError(try versions.open(versions.root + "/com.example.notes/planted"))
+        XCTAssertThrowsError(try versions.open(versions.root + "/com.example.mail/key"))
+        XCTAssertThrowsError(try versions.open(versions.root + "/com.example.notes/../com.example.mail"))
+        XCTAssertEqual(try versions.open(kept).path, kept)
+        try FileManager.default.removeItem(atPath: outside + "/key/v-1")
+        versions.removeDirectory(versions.root + "/com.example.mail/key")
+        versions.removeDirectory(versions.root + "/com.example.notes/planted")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), ["key"])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside + "/key"), [])
     }
 }
