@@ -83,7 +83,7 @@ public enum Daemon {
                                                            root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/")),
                                                in: store)
         defer { close(lease) }
-        let (shadowDirectory, shadowPath) = try prepareShadowDirectory(in: store)
+        let shadowDirectory = try prepareShadowDirectory(in: store)
         defer { close(shadowDirectory) }
         let socketPath = try ControlSocket.path(for: getpid())
         let served = FileSystemReference()
@@ -156,8 +156,8 @@ public enum Daemon {
         fileSystem.destroy()
         // Every session ended with the kernel's files: nothing is left to keep (`containerfs check`
         // counts a shadow directory whose daemon is gone as a leftover).
-        do { try ShadowDirectory.remove(atPath: shadowPath) } catch {
-            logger.warning("could not remove the shadow directory", metadata: ["path": "\(shadowPath)", "error": "\(error)"])
+        do { try store.workDirectory("shadows").map { try ShadowDirectory.remove(String(getpid()), in: $0) } } catch {
+            logger.warning("could not remove the shadow directory", metadata: ["path": "\(store.workPath)/shadows/\(getpid())", "error": "\(error)"])
         }
         try? prepareContainers(apps, of: store, repairing: false)
         logger.info("unmounted", metadata: ["mountpoint": "\(mountPoint)", "status": "\(status)"])
@@ -201,8 +201,12 @@ public enum Daemon {
     /// The daemon's own directory for shadows, STORE/work/shadows/PID, after removing those of
     /// daemons that died (their unpublished writes; the files they shadowed are intact, and new
     /// files they were writing are empty again).
-    private static func prepareShadowDirectory(in store: Store) throws -> (descriptor: Int32, path: String) {
+    private static func prepareShadowDirectory(in store: Store) throws -> Int32 {
         let shadows = store.workPath + "/shadows"
+        let directory: DirectoryHandle
+        do { directory = try store.makeWorkDirectory("shadows") } catch {
+            throw ContainerError("\(shadows): cannot be made or opened (\(error)). It must be a directory, not a link.")
+        }
         let leftovers: [String]
         do { leftovers = try ShadowDirectory.left(in: store) } catch {
             throw ContainerError("""
@@ -211,7 +215,7 @@ public enum Daemon {
                 """)
         }
         for leftover in leftovers {
-            do { try ShadowDirectory.remove(atPath: shadows + "/" + leftover) } catch let error as ShadowDirectory.UnappliedLog {
+            do { try ShadowDirectory.remove(leftover, in: directory) } catch let error as ShadowDirectory.UnappliedLog {
                 // A committed rewrite of a large file must reach its file before anyone reads it.
                 throw ContainerError("""
                     \(shadows)/\(leftover): a rewrite of a large file was committed but cannot be applied \
@@ -226,11 +230,17 @@ public enum Daemon {
                     """)
             }
         }
-        let own = shadows + "/\(getpid())"
-        try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)
-        let descriptor = Glibc.open(own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw ContainerError("\(own): cannot open (\(String(cString: strerror(errno)))).") }
-        return (descriptor, own)
+        let own = String(getpid())
+        // The daemon's alone: a shadow holds what its file holds, away from the folders whose
+        // permissions keep others out of it.
+        let descriptor = mkdirat(directory.fd, own, 0o700) == 0 || errno == EEXIST
+            ? openat(directory.fd, own, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1
+        guard descriptor >= 0, fchmod(descriptor, 0o700) == 0 else {
+            let error = errno
+            if descriptor >= 0 { close(descriptor) }
+            throw ContainerError("\(shadows)/\(own): cannot make or open (\(String(cString: strerror(error)))).")
+        }
+        return descriptor
     }
 
     /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer EIO.

@@ -55,7 +55,7 @@ final class Islands: @unchecked Sendable {
         guard (try? RunningApps.prepare(store)) != nil else { return nil }
         descriptor = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         guard descriptor >= 0 else { return nil }
-        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR)
+        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR | IN_DONT_FOLLOW)
         guard inotify_add_watch(descriptor, directory, mask) >= 0 else {
             close(descriptor)
             return nil

@@ -174,6 +174,11 @@ public enum DeltaLog {
         let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { return errno == ENOENT ? 0 : errno }
         defer { close(directory) }
+        return recover(in: directory)
+    }
+
+    /// `recover` in the directory open as `directory`.
+    public static func recover(in directory: Int32) -> Int32 {
         let names: [String]
         switch DirectoryHandle.names(of: directory) {
         case .success(let listed): names = listed

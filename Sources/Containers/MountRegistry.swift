@@ -22,14 +22,12 @@ public struct ActiveMount: Codable, Sendable, Equatable {
 }
 
 public enum MountRegistry {
-    static func directory(of store: Store) -> String { store.workPath + "/mounts" }
-
     /// Registers this process as serving `mount`; the returned descriptor holds the lock until closed or exit.
     public static func register(_ mount: ActiveMount, in store: Store) throws -> Int32 {
-        let directory = directory(of: store)
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let path = directory + "/\(mount.pid).json"
-        let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        let directory = try store.makeWorkDirectory("mounts")
+        let name = "\(mount.pid).json"
+        let path = directory.path + "/" + name
+        let descriptor = openat(directory.fd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else { throw posixError("open", path) }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             let error = posixError("lock", path)
@@ -42,7 +40,7 @@ public enum MountRegistry {
         guard written == data.count else {
             let error = written < 0 ? posixError("write", path) : ContainerError("\(path): short write")
             close(descriptor)
-            unlink(path)
+            unlinkat(directory.fd, name, 0)
             throw error
         }
         return descriptor
@@ -52,17 +50,17 @@ public enum MountRegistry {
     /// that cannot be told (a listing, or a running daemon's record, that cannot be read): taken
     /// for none, a running daemon would pass for a dead one, and its work for leftovers.
     public static func active(in store: Store) throws -> [ActiveMount] {
-        let directory = directory(of: store)
-        return try DirectoryHandle.names(ifPresentAt: directory).filter { $0.hasSuffix(".json") }.compactMap { name in
-            let path = directory + "/" + name
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard let directory = try store.workDirectory("mounts") else { return [] }
+        return try directory.names().filter { $0.hasSuffix(".json") }.compactMap { name in
+            let path = directory.path + "/" + name
+            let descriptor = openat(directory.fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else {
                 if errno == ENOENT { return nil }   // its daemon stopped meanwhile
                 throw posixError("open", path)
             }
             defer { close(descriptor) }
             guard flock(descriptor, LOCK_SH | LOCK_NB) != 0 else {
-                unlink(path)
+                unlinkat(directory.fd, name, 0)
                 return nil
             }
             guard errno == EWOULDBLOCK else { throw posixError("lock", path) }

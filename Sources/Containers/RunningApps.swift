@@ -26,39 +26,44 @@ public enum RunningApps {
     public static func directory(of store: Store) -> String { store.workPath + "/running" }
 
     /// Creates the directory, readable by all (the daemons of other users read it), written only by
-    /// the store's owner (who runs its apps), also when a daemon running as root makes it.
-    public static func prepare(_ store: Store) throws {
-        let path = directory(of: store)
-        if mkdir(path, 0o755) != 0 {
-            guard errno == EEXIST else { throw ContainerError("\(path): cannot create (\(String(cString: strerror(errno)))).") }
-            return
+    /// the store's owner (who runs its apps), also when a daemon running as root makes it. Reached
+    /// as every directory of the store's work is (`Store.workDirectory`).
+    @discardableResult
+    public static func prepare(_ store: Store) throws -> DirectoryHandle {
+        let directory = try store.makeWorkDirectory("running")
+        var owner = stat(), current = stat()
+        guard stat(store.root, &owner) == 0 else { throw posixError("stat", store.root) }
+        guard fstat(directory.fd, &current) == 0 else { throw posixError("stat", directory.path) }
+        if geteuid() == 0, current.st_uid != owner.st_uid, fchown(directory.fd, owner.st_uid, owner.st_gid) != 0 {
+            throw ContainerError("\(directory.path): cannot give it to the store's owner (\(String(cString: strerror(errno)))).")
         }
-        var owner = stat()
-        guard stat(store.root, &owner) == 0 else { throw ContainerError("\(store.root): \(String(cString: strerror(errno)))") }
-        if owner.st_uid != geteuid(), chown(path, owner.st_uid, owner.st_gid) != 0 {
-            throw ContainerError("\(path): cannot give it to the store's owner (\(String(cString: strerror(errno)))).")
-        }
+        return directory
     }
 
     /// Writes the record whole (a temporary file renamed into place), so a daemon never reads half.
     public static func record(_ app: RunningApp, in store: Store) throws {
-        try prepare(store)
-        let path = directory(of: store) + "/" + app.fileName
-        let temporary = directory(of: store) + "/.\(app.fileName).\(getpid())"
-        do {
-            try Data("\(app.launcher)\n".utf8).write(to: URL(fileURLWithPath: temporary))
-        } catch {
-            throw ContainerError("\(temporary): cannot write the running app's record (\(error.localizedDescription)).")
-        }
-        guard rename(temporary, path) == 0 else {
-            let error = errno
-            unlink(temporary)
+        let directory = try prepare(store)
+        let path = directory.path + "/" + app.fileName
+        let temporary = ".\(app.fileName).\(getpid())"
+        let create = { openat(directory.fd, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644) }
+        var file = create()
+        // One left by an earlier launcher of this pid that was killed.
+        if file < 0, errno == EEXIST, unlinkat(directory.fd, temporary, 0) == 0 { file = create() }
+        guard file >= 0 else { throw posixError("create", directory.path + "/" + temporary) }
+        let text = Array("\(app.launcher)\n".utf8)
+        let written = write(file, text, text.count)
+        let error = written == text.count ? 0 : (written < 0 ? errno : EIO)
+        close(file)
+        guard error == 0, renameat(directory.fd, temporary, directory.fd, app.fileName) == 0 else {
+            let error = error != 0 ? error : errno
+            unlinkat(directory.fd, temporary, 0)
             throw ContainerError("\(path): cannot record the running app (\(String(cString: strerror(error)))).")
         }
     }
 
     public static func remove(_ app: RunningApp, in store: Store) {
-        unlink(directory(of: store) + "/" + app.fileName)
+        guard let directory = try? store.workDirectory("running") else { return }
+        unlinkat(directory.fd, app.fileName, 0)
     }
 
     /// The records whose launcher still runs. A record left by a launcher that died (killed, or a
@@ -66,17 +71,25 @@ public enum RunningApps {
     /// Throws when the records cannot be listed: taken for none, another sandbox of an app would
     /// pass for gone.
     public static func list(in store: Store) throws -> [RunningApp] {
-        return try names(in: store).compactMap { name -> RunningApp? in
-            guard let (namespace, app) = parse(name) else { return nil }
-            let path = directory(of: store) + "/" + name
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8),
-                  let launcher = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return nil }
+        guard let directory = try store.workDirectory("running") else { return [] }
+        return try directory.names().compactMap { name -> RunningApp? in
+            guard let (namespace, app) = parse(name),
+                  let file = try? directory.openFile(name), let launcher = launcher(in: file) else { return nil }
             if kill(launcher, 0) != 0, errno == ESRCH {
-                unlink(path)
+                unlinkat(directory.fd, name, 0)
                 return nil
             }
             return RunningApp(namespace: namespace, app: app, launcher: launcher)
         }.sorted { ($0.app, $0.namespace) < ($1.app, $1.namespace) }
+    }
+
+    /// The launcher's pid a record open as `file` holds; closes it.
+    private static func launcher(in file: Int32) -> Int32? {
+        defer { close(file) }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = read(file, &buffer, buffer.count)
+        guard count > 0 else { return nil }
+        return Int32(String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// The sandboxes recorded in `store`, by their records' names alone (what the daemons go by).
@@ -88,7 +101,7 @@ public enum RunningApps {
 
     /// The names in the records' directory (none while it does not exist).
     private static func names(in store: Store) throws -> [String] {
-        try DirectoryHandle.names(ifPresentAt: directory(of: store))
+        try store.workDirectory("running")?.names() ?? []
     }
 
     /// `NAMESPACE.APPID` split, or nil for any other name (temporary files start with a dot).

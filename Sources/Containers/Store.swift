@@ -102,6 +102,21 @@ public struct Store: Sendable {
         return store
     }
 
+    /// The directory `name` in the store's work directory (`mounts`, `running`, `shadows`), reached
+    /// one real directory at a time from the store's root: the store's owner owns them, and a
+    /// daemon running as root must not follow a link planted there (docs/store-format.md). Nil
+    /// when it does not exist.
+    public func workDirectory(_ name: String) throws -> DirectoryHandle? {
+        guard let work = try DirectoryHandle.ifPresent(in: DirectoryHandle(path: root), "work") else { return nil }
+        return try DirectoryHandle.ifPresent(in: work, name)
+    }
+
+    /// The same, made (with `mode`) if it does not exist.
+    public func makeWorkDirectory(_ name: String, mode: mode_t = 0o755) throws -> DirectoryHandle {
+        let work = try DirectoryHandle.making("work", in: DirectoryHandle(path: root), mode: 0o755).directory
+        return try DirectoryHandle.making(name, in: work, mode: mode).directory
+    }
+
     /// Makes sure the store's own directories exist.
     public func repair() throws {
         for directory in [containersPath, appsPath, workPath] {
@@ -164,10 +179,16 @@ public struct Store: Sendable {
     }
 
     /// Recreates any missing fixed directory of a container (an app's or a group's).
+    /// Made one real directory at a time: the store's owner owns the containers, and a daemon
+    /// running as root makes nothing through a link planted there.
     public func repairContainer(_ id: AppID) throws {
+        let containers = try DirectoryHandle.making("containers", in: DirectoryHandle(path: root), mode: 0o755).directory
+        let container = try DirectoryHandle.making(id.rawValue, in: containers, mode: 0o755).directory
         for directory in ContainerLayout.directories(of: id) {
-            try FileManager.default.createDirectory(atPath: containerPath(id) + "/" + directory,
-                                                    withIntermediateDirectories: true)
+            var parent = container
+            for name in directory.split(separator: "/") {
+                parent = try DirectoryHandle.making(String(name), in: parent, mode: 0o755).directory
+            }
         }
     }
 

@@ -80,9 +80,13 @@ public enum StoreCheck {
             unlisted.append(StoreProblem(description: "work/shadows: not checked (\(error)); what daemons that died left there may put files right.", repair: nil))
         }
         return unlisted + leftovers.sorted().map { name in
-            let path = store.workPath + "/" + name
-            return StoreProblem(description: "work/\(name): left by a process that died.", repair: {
-                try name.hasPrefix("shadows/") ? ShadowDirectory.remove(atPath: path) : FileManager.default.removeItem(atPath: path)
+            StoreProblem(description: "work/\(name): left by a process that died.", repair: {
+                // Reached as the daemons reach them, never through a link planted in the store.
+                if name.hasPrefix("shadows/") {
+                    try store.workDirectory("shadows").map { try ShadowDirectory.remove(String(name.dropFirst("shadows/".count)), in: $0) }
+                } else {
+                    try FileTree.removeEntry(name, in: DirectoryHandle(path: store.workPath))
+                }
             })
         }
     }

@@ -14,6 +14,23 @@ final class MultiUserTests: MountedTestCase {
         }
     }
 
+    /// A shadow holds what its file holds, out of the folder whose permissions keep others out of
+    /// the file: the daemon's shadow directory lets nobody else in (it was open to all, and a
+    /// user read another's unpublished writes in a folder of mode 0700 there).
+    func testNoOneReadsAnotherUsersWriteThroughTheShadows() {
+        let other = "setpriv --reuid=4243 --regid=4243 --clear-groups"
+        XCTAssertEqual(chmod(mounted.root.path, 0o755), 0, "the store is within everyone's reach")
+        let result = Shell.run("""
+        \(asUser) sh -c 'mkdir -m 700 Documents/private && echo draft > Documents/private/secret.txt'
+        \(asUser) /usr/bin/python3 -c 'import os, time; f = os.open("Documents/private/secret.txt", os.O_WRONLY | os.O_TRUNC); os.write(f, b"unpublished"); time.sleep(2)' &
+        sleep 1
+        \(other) sh -c 'cat \(Shell.quote(mounted.store.workPath))/shadows/*/* 2>/dev/null; cat Documents/private/secret.txt 2>/dev/null'
+        echo "read: $?"
+        wait
+        """, in: home, limit: 30)
+        XCTAssertEqual(result.output, "read: 1\n", result.error)
+    }
+
     func testAHardLinkLeavesTheLinkedFileItsOwner() {
         // As on a disk (with protected_hardlinks off, as here for root's files the user can write).
         sh("echo secret > Documents/victim && chmod 666 Documents/victim")
