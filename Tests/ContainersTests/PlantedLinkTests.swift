@@ -37,6 +37,24 @@ final class PlantedLinkTests: XCTestCase {
         XCTAssertEqual(symlink(outside, box.store.workPath + "/" + name), 0)
     }
 
+    /// The case that reached outside before: the last directory of each path was opened with
+    /// O_NOFOLLOW already, but not `work` above it.
+    func testALinkInPlaceOfTheWorkDirectory() throws {
+        let work = box.root + "/elsewhere"
+        for (name, text) in [("shadows/999999/x", "not the store's"), ("mounts/1.json", "{}")] {
+            try FileManager.default.createDirectory(atPath: ((work + "/" + name) as NSString).deletingLastPathComponent,
+                                                    withIntermediateDirectories: true)
+            try box.write(name, text, under: work)
+        }
+        try FileManager.default.removeItem(atPath: box.store.workPath)
+        XCTAssertEqual(symlink(work, box.store.workPath), 0)
+        XCTAssertThrowsError(try ShadowDirectory.recoverLeft(in: box.store))
+        XCTAssertThrowsError(try MountRegistry.active(in: box.store))
+        XCTAssertThrowsError(try box.store.makeWorkDirectory("shadows"))
+        XCTAssertEqual(box.read(work + "/shadows/999999/x"), "not the store's")
+        XCTAssertEqual(box.read(work + "/mounts/1.json"), "{}")
+    }
+
     func testALinkInPlaceOfTheShadowsDirectory() throws {
         try plant("shadows")
         XCTAssertThrowsError(try ShadowDirectory.left(in: box.store))
