@@ -147,8 +147,10 @@ extension ContainerFileSystem {
         // An editor's save (a new file renamed over the old one) is a change of the old one, not a deletion.
         let savesOver = replacing && flags & RENAME_EXCHANGE == 0
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
-        // What such a save replaces is kept as a version, unless it is empty (docs/versions.md).
-        let keepsReplaced = savesOver && destination.st_size > 0
+        // What such a save replaces is kept as a version, unless it is empty, or has another name
+        // (a hard link: it stays that file, and a version is never written) (docs/versions.md).
+        let destinationLinks = destination.st_nlink - (shadows.unsynced.hasLink(BackingKey(destination)) ? 1 : 0)
+        let keepsReplaced = savesOver && destination.st_size > 0 && destinationLinks == 1
         let movesDirectory = source.st_mode & S_IFMT == S_IFDIR
             || flags & RENAME_EXCHANGE != 0 && destination.st_mode & S_IFMT == S_IFDIR
         func operation() -> CoordinatedOperation {

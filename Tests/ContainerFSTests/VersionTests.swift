@@ -57,6 +57,21 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(unknown.error.contains("has no version \(first)"), unknown.error)
     }
 
+    /// A save that renames over one name of a hard-linked file replaces that name only: the file
+    /// lives on under its other name, as on a disk, and is no version (it was: the other name
+    /// showed a link too many, and its later writes changed the version).
+    func testASaveOverAHardLinkedFileKeepsNoVersionOfIt() {
+        everywhere("echo one > a; ln a b; echo two > n; mv n a; stat -c %h b; echo three > b; cat a b",
+                   expected: "1\ntwo\nthree\n")
+        sh("echo one > Documents/a; ln Documents/a Documents/b; sed -i s/one/two/ Documents/a")
+        usleep(300_000)
+        XCTAssertEqual(versions(home + "/Documents/a"), [])
+        var attributes = stat()
+        XCTAssertEqual(stat(mounted.backing() + "/Documents/b", &attributes), 0)
+        XCTAssertEqual(attributes.st_nlink, 1, "no link into the versions")
+        XCTAssertEqual(sh("cat Documents/a Documents/b"), "two\none\n")
+    }
+
     func testOnlyDocumentsAndLibraryKeepVersionsAndBackupsLeaveThemOut() throws {
         sh("""
         mkdir -p Library/Caches/c; for n in 1 2; do echo $n > Library/Caches/c/x; echo $n > tmp/t; echo marker-$n > 'Library/Application Support/db'; done
