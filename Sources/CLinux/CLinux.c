@@ -26,6 +26,7 @@
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_TMPFILE = O_TMPFILE;
 const int clinux_O_DIRECT = O_DIRECT;
+const int clinux_O_NOATIME = O_NOATIME;
 const int clinux_AT_EMPTY_PATH = AT_EMPTY_PATH;
 const long clinux_UTIME_NOW = UTIME_NOW;
 const long clinux_UTIME_OMIT = UTIME_OMIT;

@@ -388,7 +388,10 @@ final class Shadows: @unchecked Sendable {
         // Once the store has said it cannot reflink, that stands: a large file is logged at once.
         let mayClone = reflinks.load(ordering: .relaxed)
         if large, !mayClone, let logged = loggedRewrite(of: descriptor, size: size) { return (0, logged) }
-        let original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) }
+        // Read without moving its access time: an open for writing is no read (O_NOATIME needs the
+        // file's owner or CAP_FOWNER; without them the read moves it, as the store's filesystem says).
+        var original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC | clinux_O_NOATIME) }
+        if original < 0, errno == EPERM { original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) } }
         guard original >= 0 else { return (errno, nil) }
         defer { close(original) }
         if mayClone {

@@ -21,6 +21,16 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
+    /// An open for writing reads nothing: the access time stays (the daemon's copy of the file for
+    /// the shadow moved it, which mail readers comparing it with the modification time notice).
+    func testAnOpenForWritingLeavesTheAccessTime() {
+        everywhere("""
+        echo x > at && touch -d 2001-01-01 at && touch -m -d 2002-02-02 at
+        python3 -c "import os; os.close(os.open('at', os.O_WRONLY))"
+        stat -c '%x' at
+        """, expected: "2001-01-01 00:00:00.000000000 +0000\n")
+    }
+
     /// Python for file handles: `handle(name)` is `name_to_handle_at`'s answer, a `Handle`.
     private static let fileHandles = """
         import ctypes, os

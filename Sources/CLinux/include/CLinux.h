@@ -8,6 +8,7 @@
 extern const int clinux_O_PATH;
 extern const int clinux_O_TMPFILE;
 extern const int clinux_O_DIRECT;
+extern const int clinux_O_NOATIME;
 extern const int clinux_AT_EMPTY_PATH;
 extern const long clinux_UTIME_NOW;
 extern const long clinux_UTIME_OMIT;
