@@ -31,7 +31,7 @@ extension ContainerFileSystem {
         let info = FileInfoCopy(file)
         // A writer that does not truncate shares the file live, and so does every open while it does.
         let live = writing && Sharing.opensLive(flags)
-        let inPlace = live || writesInPlace(node)
+        let inPlace = live || writesInPlace(node) || writing && isLocked(node)
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place
         // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
@@ -97,6 +97,15 @@ extension ContainerFileSystem {
                 kernel?.invalidateInode(nodes.inodeNumber(of: handle.node), offset: -1, length: 0)
             }
         }
+    }
+
+    /// Whether someone holds a lock on the node's file (docs/atomic-replace.md, "Files under
+    /// locks"): a rewrite then goes to the file itself, as on a disk. A shadow's writer would leave
+    /// the node, and the locks on it, to its readers, and the next open would find none. Asked only
+    /// while the file is open: a lock needs an open file.
+    private func isLocked(_ node: Node) -> Bool {
+        guard node.openHandles.load(ordering: .relaxed) > 0, let heldLocks else { return false }
+        return heldLocks.held(on: node.exposedInode)
     }
 
     /// Answers an open that failed with `error`, ending its coordinated access.

@@ -36,6 +36,9 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// Which processes are which app's; nil when the store's records cannot be watched (then
     /// `containerfs run` is refused: docs/island.md). Set before the session runs.
     var islands: Islands?
+    /// The locks the kernel keeps on the mount's files; nil when the mount's device is unknown.
+    /// Set before the session runs.
+    var heldLocks: HeldLocks?
     let coordination: MountCoordination
     let shadows: Shadows
     /// The control socket's path, which every item tells clients in an extended attribute.

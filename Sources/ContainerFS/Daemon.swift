@@ -129,6 +129,10 @@ public enum Daemon {
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
+        fileSystem.heldLocks = HeldLocks(ofMountAt: mountPoint)
+        if fileSystem.heldLocks == nil {
+            logger.warning("cannot find the mount's device; a rewrite of a file under locks will not keep them", metadata: ["mountpoint": "\(mountPoint)"])
+        }
         // The daemon clears set-ID bits itself (on every write, truncation and allocation by a
         // caller without CAP_FSETID), and the kernel stops asking before each write
         // (docs/atomic-replace.md, "Set-ID bits").

@@ -140,6 +140,30 @@ final class LiveSharingTests: MountedTestCase {
         """, expected: "2000 value1999\n")
     }
 
+    /// A lock held on a file outlives another process's rewrite of it, as on a disk: a shell's
+    /// `flock FILE -c 'echo new > FILE'` keeps others out. The rewrite goes to the file itself
+    /// (docs/atomic-replace.md, "Files under locks"); its writer used to leave the node, and the
+    /// lock on it, to the lock's holder, and the next process to ask got the lock.
+    func testALockHeldOnAFileOutlivesARewriteOfIt() {
+        everywhere("""
+        echo v1 > data
+        flock data -c 'echo v2 > data; sleep 1.5' & sleep 0.7
+        flock -n data true && echo "flock: taken" || echo "flock: refused"
+        wait; cat data
+        cat > try.py <<'PY'
+        import fcntl, os, subprocess, sys
+        if sys.argv[1:] == ["hold"]:
+            fcntl.lockf(os.open("data", os.O_RDWR), fcntl.LOCK_EX)
+            subprocess.run("echo v3 > data", shell=True, check=True)
+            print("lockf:", "taken" if subprocess.run([sys.executable, "try.py", "take"]).returncode == 0 else "refused")
+        else:
+            try: fcntl.lockf(os.open("data", os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError: sys.exit(1)
+        PY
+        python3 try.py hold; cat data
+        """, expected: "flock: refused\nv2\nlockf: refused\nv3\n")
+    }
+
     func testACounterUnderLockfCountsEveryIncrement() {
         // Each process keeps its descriptor open; a reader opens the file again for every look.
         everywhere("""
