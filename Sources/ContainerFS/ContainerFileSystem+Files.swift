@@ -475,6 +475,7 @@ extension ContainerFileSystem {
         if error != 0 { return request.reply(error: error) }
         guard written >= 0 else {
             failSession(of: handle, with: Int32(-written))
+            if written == -Int(ENOSPC) { shadows.versions?.spaceRanOut() }
             return request.reply(error: Int32(-written))
         }
         request.reply(written: written)

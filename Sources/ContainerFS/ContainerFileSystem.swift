@@ -63,6 +63,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         versions?.announce = { [coordination] version, path in coordination.announceVersion(version, of: path) }
         shadows.inUse = { [nodes] key in nodes.serves(key) }
         versions?.recycle = { [weak shadows] name, directory in shadows?.recycle(name, in: directory) ?? false }
+        versions?.watchFloor(onFilesystemOf: shadowDirectory, every: 5)
         self.timeouts = timeouts
         self.rootApp = rootApp?.rawValue
         rootAppName = rootApp.map { Array($0.rawValue.utf8) }

@@ -152,6 +152,30 @@ public final class VersionKeeper: @unchecked Sendable {
         if removed != 0 && errno != ENOENT { replaced(version, of: place) }
     }
 
+    /// Checks the free-space floor between keeps too, on the filesystem of `directory` (open for
+    /// the daemon's life): while other writes fill it, the oldest versions go within `interval`
+    /// seconds, and at once when a write finds it full (`spaceRanOut`) (docs/versions.md, "Limits").
+    func watchFloor(onFilesystemOf directory: Int32, every interval: Double) {
+        floorDirectory = directory
+        floorTimer.schedule(deadline: .now() + interval, repeating: interval, leeway: .seconds(1))
+        floorTimer.setEventHandler { [weak self] in _ = self?.spaceAllowsVersions(onFilesystemOf: directory) }
+        floorTimer.resume()
+    }
+
+    /// A write found the store's filesystem full.
+    func spaceRanOut() {
+        queue.async { [self] in
+            if floorDirectory >= 0 { _ = spaceAllowsVersions(onFilesystemOf: floorDirectory) }
+        }
+    }
+
+    private var floorDirectory: Int32 = -1
+    private lazy var floorTimer = DispatchSource.makeTimerSource(queue: queue)
+
+    deinit {
+        if floorDirectory >= 0 { floorTimer.cancel() }
+    }
+
     /// Whether the store's filesystem has room for versions now (its free-space floor); if not,
     /// the oldest versions go, off the caller's thread.
     private func spaceAllowsVersions(onFilesystemOf directory: Int32) -> Bool {

@@ -112,6 +112,28 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
     }
 
+    /// While the store's filesystem is below the floor the oldest versions go, also when other
+    /// writes filled it and no version was kept since (they stayed until the next keep, taking
+    /// room a full disk's writers needed).
+    func testVersionsGoWhenOtherWritesTakeTheDiskBelowTheFloor() throws {
+        var disk = statvfs()
+        XCTAssertEqual(statvfs(mounted.root.path, &disk), 0)
+        let freeMiB = (UInt64(disk.f_bavail) * UInt64(disk.f_frsize)) >> 20
+        try XCTSkipIf(freeMiB < 2048, "needs 2 GiB free beside the store, has \(freeMiB) MiB")
+        try remount(with: "version_floor=\(freeMiB - 512)M")
+        let file = home + "/Documents/kept.txt"
+        sh("head -c 1048576 /dev/zero > Documents/kept.txt; echo b > Documents/kept.txt")
+        waitForVersions(file, count: 1)
+        XCTAssertEqual(identifiers(file).count, 1)
+        // A gigabyte taken beside the store, by nothing the mount does.
+        let filler = mounted.root.appendingPathComponent("filler").path
+        XCTAssertEqual(Shell.run("fallocate -l 1G \(Shell.quote(filler))").status, 0)
+        defer { unlink(filler) }
+        let deadline = Date().addingTimeInterval(15)
+        while !identifiers(file).isEmpty, Date() < deadline { usleep(200_000) }
+        XCTAssertEqual(identifiers(file), [], "the version stayed below the floor")
+    }
+
     func testASaveWhoseRenameFailsLeavesNoVersionOfItsOwn() throws {
         // An editor's save links the file it replaces into its versions before its rename. A rename
         // that fails removes the link again; one that cannot be removed is counted as kept, so that
