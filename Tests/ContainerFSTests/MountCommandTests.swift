@@ -90,6 +90,24 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: store))?.isEmpty == true }, "the daemon kept running after unmount")
     }
 
+    /// `containerfs unmount` returns once the daemon has let go of the store: the store's own
+    /// disk can be unmounted next. The daemon's last steps (its shadows removed, tmp emptied) are
+    /// held back (strace delays each of its unlinks), as a busy machine would; the unmount
+    /// returned before them, and the disk was busy.
+    func testTheStoresDiskCanBeUnmountedRightAfterTheMount() throws {
+        let store = try smallStore(megabytes: 64)
+        _ = mountedDocuments(of: store)
+        let pid = try XCTUnwrap(MountRegistry.active(in: store).first).pid
+        let disk = (store.root as NSString).deletingLastPathComponent
+        let result = Shell.run("""
+        strace -f -qq -o /dev/null -p \(pid) -e trace=unlinkat -e inject=unlinkat:delay_enter=100000 & tracer=$!
+        sleep 0.5
+        \(Shell.quote(MountedStore.executable)) unmount \(Shell.quote(mountPoint)) && umount \(Shell.quote(disk)) && echo unmounted
+        wait $tracer
+        """, limit: 30)
+        XCTAssertEqual(result.output, "unmounted\n", result.error)
+    }
+
     func testAnUnmountOfABusyMountSaysHowToFindWhatUsesIt() {
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
         // A shell whose working directory is in the mount, for longer than the unmount's second.

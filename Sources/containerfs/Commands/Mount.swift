@@ -2,6 +2,7 @@ import ArgumentParser
 import CLinux
 import ContainerFS
 import Containers
+import FileCoordination
 import Foundation
 import Logging
 
@@ -173,6 +174,7 @@ struct Unmount: ParsableCommand {
     @Argument(help: "The mount point.") var mountPoint: String
 
     func run() throws {
+        let daemon = lazy ? nil : Self.daemon(serving: mountPoint)
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
@@ -186,12 +188,39 @@ struct Unmount: ParsableCommand {
             try process.run()
             let output = errors.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
-            if process.terminationStatus == 0 { return }
+            if process.terminationStatus == 0 {
+                if let daemon { Self.waitForExit(of: daemon) }
+                return
+            }
             message = String(decoding: output, as: UTF8.self)
             guard message.contains("busy") else { break }
         }
         FileHandle.standardError.write(Data(message.utf8))
         throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it (`fuser -vm \(mountPoint)` lists them), or use --lazy.")
+    }
+
+    /// The daemon serving `mountPoint`, by its control socket's name (`PID.sock`); nil if the
+    /// mount does not say.
+    private static func daemon(serving mountPoint: String) -> pid_t? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let length = clinux_getxattr(mountPoint, MountLocator.socketAttribute, &buffer, buffer.count)
+        guard length > 0 else { return nil }
+        let name = (String(decoding: buffer[..<length], as: UTF8.self) as NSString).lastPathComponent
+        return name.hasSuffix(".sock") ? pid_t(name.dropLast(5)) : nil
+    }
+
+    /// Waits (up to 10 s) for the daemon to exit: after the kernel's unmount it still removes its
+    /// shadows and empties tmp, and the store's own disk stays busy until it is gone (an `umount`
+    /// of it right after failed).
+    private static func waitForExit(of daemon: pid_t) {
+        for _ in 0..<1000 {
+            // Gone, or a zombie its parent has not reaped yet.
+            if kill(daemon, 0) != 0 && errno == ESRCH { return }
+            if let stat = try? String(contentsOfFile: "/proc/\(daemon)/stat", encoding: .utf8),
+               let close = stat.lastIndex(of: ")"), stat[close...].dropFirst(2).first == "Z" { return }
+            usleep(10_000)
+        }
+        FileHandle.standardError.write(Data("containerfs: unmounted; its daemon (pid \(daemon)) is still finishing with the store.\n".utf8))
     }
 }
 
