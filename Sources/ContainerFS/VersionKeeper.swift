@@ -25,7 +25,7 @@ public final class VersionKeeper: @unchecked Sendable {
     private static let directoriesKept = 8
 
     /// A versions directory, open for linking into while a keep may use it.
-    final class Directory: @unchecked Sendable {
+    final class Directory: Sendable {
         let handle: DirectoryHandle
         var path: String { handle.path }
         var descriptor: Int32 { handle.fd }
@@ -169,6 +169,7 @@ public final class VersionKeeper: @unchecked Sendable {
         }
     }
 
+    /// Set by `watchFloor` before the session runs.
     private var floorDirectory: Int32 = -1
     private lazy var floorTimer = DispatchSource.makeTimerSource(queue: queue)
 

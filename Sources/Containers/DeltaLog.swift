@@ -167,17 +167,9 @@ public enum DeltaLog {
     }
 
     /// Applies the committed logs that a daemon which stopped left in its shadow directory
-    /// (at `path`) to their files, syncs them, and removes the logs. Uncommitted logs are
+    /// (open as `directory`) to their files, syncs them, and removes the logs. Uncommitted logs are
     /// removed (their files keep their previous version). Returns the first error; a log it could
     /// not apply stays, for the next attempt.
-    public static func recover(inDirectoryAt path: String) -> Int32 {
-        let directory = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { return errno == ENOENT ? 0 : errno }
-        defer { close(directory) }
-        return recover(in: directory)
-    }
-
-    /// `recover` in the directory open as `directory`.
     public static func recover(in directory: Int32) -> Int32 {
         let names: [String]
         switch DirectoryHandle.names(of: directory) {

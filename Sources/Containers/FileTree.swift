@@ -4,7 +4,7 @@ import Foundation
 ///
 /// Everything that works on a container's backing files goes through these with `*at()` calls,
 /// so a symlink planted in a container is never followed by the tools (docs/policy.md).
-public final class DirectoryHandle {
+public final class DirectoryHandle: Sendable {
     public let fd: Int32
     /// The directory's path, for messages.
     public let path: String

@@ -27,11 +27,6 @@ public enum ShadowDirectory {
         for name in leftovers { try remove(name, in: shadows) }
     }
 
-    /// `remove` of the shadow directory at `path`.
-    public static func remove(atPath path: String) throws {
-        try remove((path as NSString).lastPathComponent, in: DirectoryHandle(path: (path as NSString).deletingLastPathComponent))
-    }
-
     /// Removes the shadow directory `name` of a daemon that is gone from `shadows` (STORE/work/shadows,
     /// open: the store's owner owns it, so what is in it is reached from there one real directory
     /// at a time, never through a link planted there; an entry that is not a directory is no

@@ -5,6 +5,12 @@ import XCTest
 
 /// The redo log of a large file's rewrite, without a mount.
 final class DeltaLogTests: XCTestCase {
+    /// `DeltaLog.recover` in the test's directory.
+    private func recover() -> Int32 {
+        guard let handle = try? DirectoryHandle(path: directory) else { return errno }
+        return withExtendedLifetime(handle) { DeltaLog.recover(in: handle.fd) }
+    }
+
     private var directory = ""
 
     override func setUpWithError() throws {
@@ -90,7 +96,7 @@ final class DeltaLogTests: XCTestCase {
         XCTAssertFalse(DeltaLog.records(of: log).committed)
         close(log)
         XCTAssertEqual(link(directory + "/file", directory + "/delta-1.target"), 0)
-        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(recover(), 0)
         XCTAssertEqual(contents("file"), "aaaaaaaaaa", "the file keeps its previous version")
         XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted(), ["file"])
     }
@@ -103,7 +109,7 @@ final class DeltaLogTests: XCTestCase {
         XCTAssertTrue(DeltaLog.records(of: log).committed)
         close(log)
         XCTAssertEqual(link(directory + "/file", directory + "/delta-1.target"), 0)
-        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(recover(), 0)
         XCTAssertEqual(contents("file"), "aNEWaaaaaa")
     }
 
@@ -126,7 +132,7 @@ final class DeltaLogTests: XCTestCase {
         close(log("delta-3", [(5, "LATE")], committed: true))
         XCTAssertEqual(link(directory + "/committed-file", directory + "/delta-1.target"), 0)
         XCTAssertEqual(link(directory + "/uncommitted-file", directory + "/delta-2.target"), 0)
-        XCTAssertEqual(DeltaLog.recover(inDirectoryAt: directory), 0)
+        XCTAssertEqual(recover(), 0)
         XCTAssertEqual(contents("committed-file"), "aNEWaaaaaa")
         XCTAssertEqual(contents("uncommitted-file"), "bbbbbbbbbb")
         let left = (try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted()

@@ -5,6 +5,11 @@ import XCTest
 
 /// A dead daemon's shadow directory, removed by the next mount or `containerfs check`.
 final class ShadowDirectoryTests: XCTestCase {
+    /// `ShadowDirectory.remove` of the directory at `path`.
+    private func removeShadowDirectory(at path: String) throws {
+        try ShadowDirectory.remove((path as NSString).lastPathComponent, in: DirectoryHandle(path: (path as NSString).deletingLastPathComponent))
+    }
+
     func testADirectoryWhoseNewFileCannotBeEmptiedStaysAndSaysWhy() throws {
         try XCTSkipIf(geteuid() != 0, "needs root to make a file immutable")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("shadows-\(UUID().uuidString)").path
@@ -16,12 +21,12 @@ final class ShadowDirectoryTests: XCTestCase {
         // A new file the daemon was writing in place: its mark says its published version is empty.
         try Data("unpublished".utf8).write(to: URL(fileURLWithPath: directory + "/fresh-1"))
         try XCTSkipIf(chattr("+i", directory + "/fresh-1") != 0, "the filesystem has no immutable files (chattr +i failed)")
-        XCTAssertThrowsError(try ShadowDirectory.remove(atPath: directory)) { error in
+        XCTAssertThrowsError(try removeShadowDirectory(at: directory)) { error in
             XCTAssertEqual((error as? POSIXError)?.code, .EPERM, "\(error)")
         }
         XCTAssertTrue(FileManager.default.fileExists(atPath: directory + "/fresh-1"), "the mark stays for the next attempt")
         XCTAssertEqual(chattr("-i", directory + "/fresh-1"), 0)
-        try ShadowDirectory.remove(atPath: directory)
+        try removeShadowDirectory(at: directory)
         XCTAssertFalse(FileManager.default.fileExists(atPath: directory))
     }
 
@@ -58,7 +63,7 @@ final class ShadowDirectoryTests: XCTestCase {
             XCTAssertNil(PublishRecord.parse("fresh-3"), "a mark without a record")
             XCTAssertNil(PublishRecord.parse("shadow-3.zz.1"))
 
-            try ShadowDirectory.remove(atPath: directory)
+            try removeShadowDirectory(at: directory)
             for item in cases {
                 XCTAssertEqual(read(documents + "/" + item.file), item.expected, item.file)
             }
@@ -95,7 +100,7 @@ final class ShadowDirectoryTests: XCTestCase {
                 XCTAssertEqual(link(file, directory + "/" + PublishRecord.replacedPrefix
                                     + name("shadow-\(chain)B", try recorded("version 3 of \(chain)\n", in: directory))), 0)
             }
-            try ShadowDirectory.remove(atPath: directory)
+            try removeShadowDirectory(at: directory)
             for chain in 0..<8 {
                 XCTAssertEqual(read(documents + "/file-\(chain)"), chain % 2 == 0 ? "version 1 of \(chain)\n" : "", "file-\(chain)")
             }
