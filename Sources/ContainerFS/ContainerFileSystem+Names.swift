@@ -149,8 +149,7 @@ extension ContainerFileSystem {
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
         // What such a save replaces is kept as a version, unless it is empty, or has another name
         // (a hard link: it stays that file, and a version is never written) (docs/versions.md).
-        let destinationLinks = destination.st_nlink - (shadows.unsynced.hasLink(BackingKey(destination)) ? 1 : 0)
-        let keepsReplaced = savesOver && destination.st_size > 0 && destinationLinks == 1
+        let keepsReplaced = savesOver && destination.st_size > 0 && links(destination) == 1
         let movesDirectory = source.st_mode & S_IFMT == S_IFDIR
             || flags & RENAME_EXCHANGE != 0 && destination.st_mode & S_IFMT == S_IFDIR
         func operation() -> CoordinatedOperation {

@@ -100,15 +100,20 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         return 0
     }
 
+    /// The links of the file with `attributes` that someone made: a new file's mark, or a record of
+    /// its last publish, is a link nobody made.
+    @inline(__always)
+    func links(_ attributes: stat) -> nlink_t {
+        attributes.st_nlink > 1 && attributes.st_mode & S_IFMT == S_IFREG && shadows.unsynced.hasLink(BackingKey(attributes))
+            ? attributes.st_nlink - 1 : attributes.st_nlink
+    }
+
     /// What `stat` shows: the backing attributes under the node's lasting inode number, with the
     /// write bits that policy takes away removed.
     @inline(__always)
     func visible(_ attributes: inout stat, of node: Node) {
         let mode = attributes.st_mode
-        // A new file's mark, or a record of its last publish, is a link nobody made.
-        if attributes.st_nlink > 1, mode & S_IFMT == S_IFREG, shadows.unsynced.hasLink(BackingKey(attributes)) {
-            attributes.st_nlink -= 1
-        }
+        attributes.st_nlink = links(attributes)
         attributes.st_ino = ino_t(node.exposedInode)
         attributes.st_mode = Policy.visibleMode(mode, of: node.zone, isDirectory: mode & S_IFMT == S_IFDIR)
     }

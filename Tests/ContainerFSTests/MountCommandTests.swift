@@ -214,6 +214,23 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(result.error.contains("could not unmount"), result.error)
     }
 
+    /// A store whose work directory is a link (its owner may plant one: docs/store-format.md, "Links
+    /// in the store") is not mounted, the refusal names the link, and nothing is made or removed
+    /// where it points.
+    func testAStoreWhoseWorkDirectoryIsALinkIsNotMounted() throws {
+        let store = try Store.open(storePath)
+        let elsewhere = scratch.appendingPathComponent("elsewhere/shadows/999999").path
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        try FileManager.default.removeItem(atPath: store.workPath)
+        XCTAssertEqual(symlink(scratch.appendingPathComponent("elsewhere").path, store.workPath), 0)
+        let mount = containerfs("mount -f \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(mount.status, 0, mount.output)
+        XCTAssertTrue(mount.error.contains(store.workPath), mount.error)
+        XCTAssertFalse(isMounted)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: scratch.appendingPathComponent("elsewhere").path), ["shadows"])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere), [])
+    }
+
     /// A listing of the store's apps that fails (strace fails every `getdents64` of STORE/apps) is
     /// not taken for an empty one: that would mount no app, list none, and have `check` call a
     /// group container that apps belong to unused, to be removed.
