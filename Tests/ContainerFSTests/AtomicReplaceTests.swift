@@ -34,6 +34,79 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    /// Others see the published version whole while a rewrite is under way, its size included:
+    /// `tar` and `rsync` take the size from `stat` and read that many bytes. In a plain directory the
+    /// writer writes a temporary file and renames it over the file at its close, a local disk's
+    /// atomic replace; through the mount it writes the file itself.
+    func testOthersSeeThePublishedSizeWhileARewriteIsUnderWay() throws {
+        try XCTSkipIf(Shell.run("command -v rsync").status != 0, "rsync is not installed (scripts/setup.sh installs it)")
+        let script = """
+        python3 - "$mode" <<'EOF'
+        import io, os, subprocess, sys, tarfile, time
+        def run(*arguments): return subprocess.run(arguments, capture_output=True, check=True).stdout
+        open('v', 'wb').write(b'A' * 100000)
+        for flags in (os.O_TRUNC, 0):
+            name = 'v.tmp' if sys.argv[1] == 'rename' else 'v'
+            writer = os.open(name, os.O_WRONLY | os.O_CREAT | flags, 0o644)
+            if flags == 0 and name == 'v.tmp': os.write(writer, open('v', 'rb').read())
+            os.pwrite(writer, b'B' * 5000, 0)
+            if flags == 0: os.pwrite(writer, b'B' * 5000, 200000)
+            time.sleep(1.2)  # the kernel's lookups of the name, and its attributes, last a second
+            published = open('v', 'rb').read()
+            print(int(run('stat', '-c', '%s', 'v')) == len(published), len(run('cat', 'v')) == len(published))
+            member = tarfile.open(fileobj=io.BytesIO(run('tar', 'cf', '-', 'v'))).extractfile('v').read()
+            run('rsync', 'v', 'copy')
+            print(member == published, open('copy', 'rb').read() == published)
+            print(os.fstat(writer).st_size)
+            os.close(writer)
+            if name == 'v.tmp': os.rename('v.tmp', 'v')
+            print(os.stat('v').st_size, open('v', 'rb').read(5000) == b'B' * 5000)
+        EOF
+        """
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let expected = "True True\nTrue True\n5000\n5000 True\nTrue True\nTrue True\n205000\n205000 True\n"
+        for (place, mode) in [(plain, "rename"), (home + "/Documents", "direct"), (home + "/Library/Application Support", "direct")] {
+            let result = Shell.run("mode=\(mode)\n" + script, in: place)
+            XCTAssertEqual(result.status, 0, "in \(place): \(result.error)")
+            XCTAssertEqual(result.output, expected, "in \(place)")
+        }
+    }
+
+    /// A second writer that opens the file by name while others look at it (they see the published
+    /// version's node meanwhile) joins the rewrite, as writers of one file on a disk write one
+    /// file; so do a truncation and a `chmod` by name.
+    func testASecondWriterJoinsARewriteThatOthersLookAt() {
+        everywhere("""
+        python3 - <<'EOF'
+        import os, subprocess, time
+        def look():
+            time.sleep(1.2)  # past the kernel's lookup of the name the writer made
+            subprocess.run(['stat', '-c', '%s', 'v'], check=True, capture_output=True)
+        open('v', 'wb').write(b'A' * 100000)
+        first = os.open('v', os.O_WRONLY | os.O_TRUNC)
+        os.write(first, b'B' * 5000)
+        look()
+        second = os.open('v', os.O_WRONLY)
+        os.pwrite(second, b'C' * 5000, 5000)
+        os.close(second)
+        os.pwrite(first, b'D' * 1000, 10000)
+        os.close(first)
+        data = open('v', 'rb').read()
+        print(len(data), data == b'B' * 5000 + b'C' * 5000 + b'D' * 1000)
+        first = os.open('v', os.O_WRONLY)
+        os.pwrite(first, b'E' * 10, 0)
+        look()
+        os.truncate('v', 20000)
+        os.chmod('v', 0o600)
+        os.close(first)
+        data = open('v', 'rb').read()
+        print(len(data), data[:10] == b'E' * 10, data[11000:] == bytes(9000), oct(os.stat('v').st_mode & 0o777))
+        EOF
+        """, expected: "11000 True\n20000 True True 0o600\n")
+    }
+
     func testANewFileLooksEmptyToOthersUntilItsCreatorCloses() {
         // The creator writes the new file in place until someone else opens it.
         syscall("""
