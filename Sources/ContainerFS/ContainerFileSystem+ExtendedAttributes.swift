@@ -31,7 +31,7 @@ extension ContainerFileSystem {
             // A shadow being written takes the change too, or its publish would undo it.
             if error == 0, node.isRegularFile {
                 error = self.sessionNode(of: node).withSession { session in
-                    guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
+                    guard let session, session.hidesPublished else { return 0 }
                     return Backing.check(Backing.withProcPath(session.shadow, change))
                 }
             }

@@ -387,7 +387,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         guard error == 0, node.isRegularFile else { return error }
         return node.withSession { session in
             // A log holds no attributes: the file it applies to took them.
-            guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
+            guard let session, session.hidesPublished else { return 0 }
             return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
         }
     }

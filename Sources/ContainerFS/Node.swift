@@ -110,7 +110,11 @@ final class Node: @unchecked Sendable {
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
         Node.sessionLocks[stripe].withLock {
-            defer { rewritingFlag.store(writeSession?.hidesPublished ?? false, ordering: .releasing) }
+            defer {
+                // Stored only when it changes: every write takes this lock.
+                let rewriting = writeSession?.hidesPublished ?? false
+                if rewritingFlag.load(ordering: .relaxed) != rewriting { rewritingFlag.store(rewriting, ordering: .releasing) }
+            }
             return body(&writeSession)
         }
     }
@@ -660,7 +664,8 @@ final class NodeTable: @unchecked Sendable {
     /// The node whose session a writer opening `node` joins: the writer's, when `node` is the
     /// published version of a file being rewritten; nil otherwise.
     func rewriter(of node: Node) -> Node? {
-        state.withLock { state in
+        guard node.showsPublishedVersion else { return nil }
+        return state.withLock { state in
             guard !state.published.isEmpty, let writer = state.published.first(where: { $0.node === node })?.writer,
                   writer.isRewriting else { return nil }
             return writer
