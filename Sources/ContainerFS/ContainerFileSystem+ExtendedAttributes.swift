@@ -30,8 +30,8 @@ extension ContainerFileSystem {
             var error = Backing.check(node.withProcPath(change))
             // A shadow being written takes the change too, or its publish would undo it.
             if error == 0, node.isRegularFile {
-                error = self.sessionNode(of: node).withSession { session in
-                    guard let session, session.hidesPublished else { return 0 }
+                error = node.withSession { session in
+                    guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
                     return Backing.check(Backing.withProcPath(session.shadow, change))
                 }
             }

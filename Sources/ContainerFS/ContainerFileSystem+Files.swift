@@ -2,7 +2,6 @@ import CFuse
 import CLinux
 import Containers
 import Coordination
-import Dispatch
 import FUSELowLevel
 import Glibc
 
@@ -26,10 +25,7 @@ extension ContainerFileSystem {
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
-        guard !isStale(node, writing: writing) else {
-            if writing { clearRetry(of: node) }
-            return request.reply(error: ESTALE)
-        }
+        guard !isStale(node) else { return request.reply(error: ESTALE) }
         guard let charge = nodes.chargeHandle(for: request.caller.uid) else { return request.reply(error: EMFILE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
@@ -43,22 +39,14 @@ extension ContainerFileSystem {
             return request.reply(error: ESTALE)
         }
         if writing && !inPlace {
-            // Opened by name while someone rewrites the file, `node` shows its published version: the
-            // writer joins the rewrite, as writers of one file on a disk write one file. Once the
-            // rewrite is over, the name is looked up again (such a node never starts a session).
-            let writer = sessionNode(of: node)
-            if writer === node, node.showsPublishedVersion {
-                clearRetry(of: node)
-                return request.reply(error: ESTALE)
-            }
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
-                var error = flags & O_TRUNC != 0 ? self.clearSetIDAfterTruncation(of: writer, by: request.caller) : 0
-                if error == 0 { error = self.joinSession(of: writer, truncating: flags & O_TRUNC != 0, access: access) }
+                var error = flags & O_TRUNC != 0 ? self.clearSetIDAfterTruncation(of: node, by: request.caller) : 0
+                if error == 0 { error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access) }
                 guard error == 0 else {
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
-                info.reply(request, with: self.sessionHandle(for: writer, flags: flags, charge: charge), cache: .bypass)
+                info.reply(request, with: self.sessionHandle(for: node, flags: flags, charge: charge), cache: .bypass)
             }
         }
         coordination.perform(writing ? .write(nodes.itemPath(of: node)) : .read(nodes.itemPath(of: node), options: []),
@@ -111,12 +99,6 @@ extension ContainerFileSystem {
         }
     }
 
-    /// The node whose write session a writer of `node` joins: the rewriting writer's, when `node`
-    /// is the published version others see meanwhile (`NodeTable.remember`); `node` otherwise.
-    func sessionNode(of node: Node) -> Node {
-        nodes.rewriter(of: node) ?? node
-    }
-
     /// Whether someone holds a lock on the node's file (docs/atomic-replace.md, "Files under
     /// locks"): a rewrite then goes to the file itself, as on a disk. A shadow's writer would leave
     /// the node, and the locks on it, to its readers, and the next open would find none. Asked only
@@ -135,34 +117,9 @@ extension ContainerFileSystem {
     /// Whether the node lost its file behind the daemon's back: the name it was last seen under
     /// leads to no file, or to another. A node that lost its name through the mount (an unlink, a
     /// rename over it) holds its file, and an open racing that opens it, as on a local disk. A
-    /// detached node holds its file too, but opens by name get it only while the name leads there;
-    /// except a reader's open of the version others saw during a rewrite, which raced its publish
-    /// (the publish expired the kernel's lookup of the name before its close was answered).
-    private func isStale(_ node: Node, writing: Bool) -> Bool {
-        guard node.isRegularFile, !node.holdsItem || node.isDetached else { return false }
-        if node.showsPublishedVersion, !writing { return false }
-        return !node.isReachableByName
-    }
-
-    /// A writer's open of a stale `node` answers ESTALE, and the kernel looks the name up once more
-    /// for its one retry, which must find a node of the writer's own rather than fail again. (A
-    /// reader's lookup answered after a publish expired the name can leave the kernel a node of
-    /// the version before it.) So the node the name leads to now is left to its cached readers
-    /// first, if it has any, as `yieldsToCachedReaders` would at the retry, or else awaits the
-    /// writer (readers opening it meanwhile bypass the cache); so does a node the retry's lookup
-    /// makes, should the kernel forget that one first (`NodeTable.detach`).
-    private func clearRetry(of node: Node) {
-        guard node.isRegularFile, let (parent, name) = nodes.place(of: node) else { return }
-        var attributes = stat()
-        guard name.withCString({ fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
-        let key = BackingKey(attributes)
-        nodes.awaitWriter(at: key)
-        guard let current = name.withCString({ nodes.existing(key, at: parent, name: $0) }), current !== node,
-              !writesInPlace(current) else { return }
-        let until = DispatchTime.now().uptimeNanoseconds + NodeTable.writerAwaited
-        current.withSession { session in
-            if !yieldsToCachedReaders(current, session: session) { current.sharing.awaitWriter(until: until) }
-        }
+    /// detached node holds its file too, but opens by name get it only while the name leads there.
+    private func isStale(_ node: Node) -> Bool {
+        node.isRegularFile && (!node.holdsItem || node.isDetached) && !node.isReachableByName
     }
 
     /// Whether a writer (a session starting on `node`, none running) must leave the node to the
@@ -553,7 +510,6 @@ extension ContainerFileSystem {
             return request.replySuccess()
         }
         let (error, published) = publish(handle.node, durably: false)
-        if published { endRewrite(of: handle.node) }
         // The next open asks the daemon anyway: the close need not wait for the kernel's cache.
         request.reply(error: error)
         if published { didPublish(handle.node) }
@@ -572,7 +528,6 @@ extension ContainerFileSystem {
             })
         }
         let (error, published) = publish(handle.node, durably: true)
-        if published { endRewrite(of: handle.node) }
         request.reply(error: error)
         if published { didPublish(handle.node) }
         shadows.unsynced.startRetirements()
@@ -609,7 +564,6 @@ extension ContainerFileSystem {
             handle.node.sharing.noticeDecided()
             return (true, wasDirty && error == 0)
         }
-        if ended { endRewrite(of: handle.node) }
         request.replySuccess()
         // Even after a publish in flush: the kernel may hold a size from the session.
         if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }

@@ -120,13 +120,6 @@ extension ContainerFileSystem {
         node.noticeSent()
     }
 
-    /// The node's name leads to its file again (published, or left as it was): the node others saw
-    /// meanwhile keeps its version for its readers. The kernel asks for the name at every path
-    /// walk while it leads there (`fill`), and gets the writer's node from now on.
-    func endRewrite(of node: Node) {
-        if !node.isRewriting { _ = nodes.retirePublished(of: node) }
-    }
-
     /// The attributes seen through an open handle: a reader's are those of the version it reads,
     /// so that its `SEEK_END` finds that version's end.
     func attributes(seenThrough handle: OpenFile) -> (stat, Int32) {

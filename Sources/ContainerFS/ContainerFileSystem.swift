@@ -124,48 +124,26 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// table and `uid` holds its share of the daemon's descriptors (`DescriptorShares`).
     func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param, expected: BackingKey? = nil,
                      for uid: uid_t) -> Int32 {
-        var attempt = 0
-        while true {
-            let republishes = nodes.republishes.load(ordering: .acquiring)
-            let (node, attributes, error) = lookUp(name, in: parent, expected: expected, for: uid)
-            guard let node else { return error }
-            // A publish renamed a file meanwhile: the attributes read may be of the version it
-            // replaced, which the table no longer knows by name, and a node made for them would
-            // answer ESTALE. Such a node is given back and the name looked up again.
-            if attempt < 2, node.isRegularFile, nodes.republishes.load(ordering: .acquiring) != republishes {
-                var now = stat()
-                if fstatat(parent.descriptor, name.pointer, &now, AT_SYMLINK_NOFOLLOW) != 0 || BackingKey(now) != BackingKey(attributes) {
-                    nodes.forget(nodes.inodeNumber(of: node), count: 1)
-                    attempt += 1
-                    continue
-                }
-            }
-            fill(&entry, with: node, attributes: attributes)
-            return 0
-        }
-    }
-
-    /// `lookupEntry`'s one try: the node counted, with the attributes it was found by, or nil and the errno.
-    private func lookUp(_ name: FileName, in parent: Node, expected: BackingKey?, for uid: uid_t) -> (Node?, stat, Int32) {
         var attributes = stat()
-        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return (nil, attributes, errno) }
-        if let expected, BackingKey(attributes) != expected { return (nil, attributes, ESTALE) }
+        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
+        if let expected, BackingKey(attributes) != expected { return ESTALE }
         var descriptor: Int32 = -1
         if attributes.st_mode & S_IFMT == S_IFDIR {
             // A directory's node holds a descriptor: its attributes are those of what it holds.
             descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
-            guard descriptor >= 0 else { return (nil, attributes, errno) }
+            guard descriptor >= 0 else { return errno }
             let error: Int32
             (attributes, error) = Backing.attributes(of: descriptor)
             if error != 0 || attributes.st_mode & S_IFMT != S_IFDIR {
                 close(descriptor)
-                return (nil, attributes, error != 0 ? error : ESTALE)
+                return error != 0 ? error : ESTALE
             }
         }
         let zone = parent.zone.child(named: name.bytes)
-        let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
-                                  name: name, for: uid, openPin: { Backing.openPath(name.pointer, in: parent.descriptor) })
-        return (node, attributes, node == nil ? EMFILE : 0)
+        guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
+                                        name: name, for: uid) else { return EMFILE }
+        fill(&entry, with: node, attributes: attributes)
+        return 0
     }
 
     /// Fills in `entry` for `node`, whose backing attributes are `attributes`.
@@ -175,12 +153,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         identify(node, in: &entry)
         entry.attr = attributes
         entry.attr_timeout = attributeTimeout(of: node)
-        // The kernel's lookup of a name that shows a rewrite's published version is asked again at
-        // every path walk, so that the writer's node answers once it publishes (docs/atomic-replace.md,
-        // "What others see"). Telling the kernel instead (FUSE_NOTIFY_INVAL_ENTRY) takes the
-        // directory's lock, which a request the daemon serves may hold: a daemon killed meanwhile
-        // never exits, and the mount hangs.
-        entry.entry_timeout = node.showsPublishedVersion ? 0 : timeouts.entries
+        entry.entry_timeout = timeouts.entries
     }
 
     /// Looks up the directory that holds `node`, counting a kernel reference to it. The kernel asks
@@ -302,26 +275,17 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let new = attributes.pointee
         coordination.perform(fields.contains(.size) ? .write(nodes.itemPath(of: node)) : .metadataChange(nodes.itemPath(of: node)),
                              isDirectory: node.isDirectory, caller: request.caller) { access in
-            // The file's rewrite, if one runs, takes the change too: through the writer's node.
-            let handle = file.map { Handle.get($0, as: OpenFile.self) }
-            let target = handle?.node ?? self.sessionNode(of: node)
-            // Such a node never starts a session: once the rewrite is over, the name is looked up again.
-            if fields.contains(.size), target === node, node.showsPublishedVersion {
-                access.end(tookEffect: false)
-                return request.reply(error: ESTALE)
-            }
             var published = false
             var error: Int32 = 0
             if fields.contains(.size) {
-                error = self.truncate(target, to: new.st_size, through: handle, by: file == nil ? 0 : request.caller.pid,
-                                      published: &published)
+                error = self.truncate(node, to: new.st_size, through: file.map { Handle.get($0, as: OpenFile.self) },
+                                      by: file == nil ? 0 : request.caller.pid, published: &published)
             }
-            if error == 0 { error = self.applyMetadata(new, fields: fields, to: target) }
-            if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: target, by: request.caller) }
+            if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
+            if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
             access.end(tookEffect: error == 0)
-            if published { self.endRewrite(of: target) }
             error == 0 ? self.getattr(request, inode: inode, file: nil) : request.reply(error: error)
-            if published { self.didPublish(target) }
+            if published { self.didPublish(node) }
             self.shadows.unsynced.startRetirements()
         }
     }
@@ -387,7 +351,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         guard error == 0, node.isRegularFile else { return error }
         return node.withSession { session in
             // A log holds no attributes: the file it applies to took them.
-            guard let session, session.hidesPublished else { return 0 }
+            guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
             return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
         }
     }
@@ -427,7 +391,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// `inPlaceAttribute`.
     func writesInPlace(_ node: Node) -> Bool {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
-        if node.holdsItem, !node.isDetached, !node.showsPublishedVersion { return true }
+        if node.holdsItem, !node.isDetached { return true }
         let (attributes, error) = node.attributes()
         if error == 0, attributes.st_nlink > 1, userLinks(of: node, attributes) > 1 { return true }
         return optsIntoInPlace(node, generation: inPlaceGeneration.load(ordering: .acquiring))

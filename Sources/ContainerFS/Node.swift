@@ -58,11 +58,6 @@ final class Node: @unchecked Sendable {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
-    /// Whether the node shows the published version of a file that another node's writer rewrites
-    /// (`NodeTable.remember`): made for a lookup during the rewrite, it holds that version.
-    let showsPublishedVersion: Bool
-    /// See `isRewriting`.
-    private let rewritingFlag = Atomic<Bool>(false)
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int32>(0)
     /// The file a publish is renaming `key`'s over, until the rename is done: the name leads to
@@ -84,9 +79,8 @@ final class Node: @unchecked Sendable {
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: NodeName,
-         generation: UInt32 = 0, showsPublishedVersion: Bool = false) {
+         generation: UInt32 = 0) {
         self.descriptor = descriptor
-        self.showsPublishedVersion = showsPublishedVersion
         self.key = BackingKey(attributes)
         self.fileType = attributes.st_mode & S_IFMT
         self.generation = generation
@@ -109,21 +103,8 @@ final class Node: @unchecked Sendable {
 
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
-        Node.sessionLocks[stripe].withLock {
-            defer {
-                // Stored only when it changes: every write takes this lock.
-                let rewriting = writeSession?.hidesPublished ?? false
-                if rewritingFlag.load(ordering: .relaxed) != rewriting { rewritingFlag.store(rewriting, ordering: .releasing) }
-            }
-            return body(&writeSession)
-        }
+        Node.sessionLocks[stripe].withLock { body(&writeSession) }
     }
-
-    /// Whether the node's kernel inode shows a rewrite's unpublished writes (its size, its
-    /// pages): lookups of the name then get a node of the published version instead
-    /// (`NodeTable.remember`), so that others see it whole (docs/atomic-replace.md, "What
-    /// others see"). Kept by `withSession`, read without its lock.
-    var isRewriting: Bool { rewritingFlag.load(ordering: .acquiring) }
 
     /// Opens the file for a handle that is not a write session's (`open` returns its descriptor, or
     /// -1 with errno set) and decides how the kernel reaches it (`Sharing.open`), under the session
@@ -371,9 +352,6 @@ final class NodeTable: @unchecked Sendable {
         /// How many detached nodes of each file the kernel still holds: their readers read the
         /// file itself, which a logged rewrite must then not change in place.
         var detached: [BackingKey: Int] = [:]
-        /// Nodes of the published version of files being rewritten, each with its writer's node
-        /// (`remember`): few, for as long as someone looks during a rewrite.
-        var published: [(writer: Node, node: Node)] = []
         /// Inode numbers that survive a publish: the new backing file shows the old number.
         var aliases: [BackingKey: UInt64] = [:]
         /// Numbers still shown by aliased files, which a new backing file must not show too.
@@ -387,12 +365,6 @@ final class NodeTable: @unchecked Sendable {
         /// The last node's generation; from a random start, so that handles kept across a remount
         /// do not match the new mount's nodes at the same addresses either.
         var generation = UInt32.random(in: 1 ... .max)
-
-        mutating func awaitWriter(at key: BackingKey) {
-            let now = DispatchTime.now().uptimeNanoseconds
-            if awaitingWriter.count >= 256 { awaitingWriter = awaitingWriter.filter { $0.value > now } }
-            awaitingWriter[key] = now + NodeTable.writerAwaited
-        }
 
         /// A generation for a new node: never the root's 0.
         mutating func nextGeneration() -> UInt32 {
@@ -431,9 +403,6 @@ final class NodeTable: @unchecked Sendable {
     /// The daemon's descriptors held per user: directories' nodes and open handles. Taken inside
     /// `state`'s lock, never the other way round.
     let shares = Locked(DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max))
-    /// Publishes' renames so far (`finishRepublish`): a lookup that read a file's attributes before
-    /// one and counted a node after it may have read the version the rename replaced.
-    let republishes = Atomic<UInt64>(0)
 
     /// Counts one descriptor for a handle of `uid`'s; nil past its share (EMFILE).
     func chargeHandle(for uid: uid_t) -> DescriptorCharge? {
@@ -459,50 +428,18 @@ final class NodeTable: @unchecked Sendable {
     /// `parent`, adding a node for it if it has none. `descriptor` is a directory's `O_PATH`
     /// descriptor (-1 for other items): a new node owns it, counted against the share of `uid`
     /// (whose request looked it up); otherwise it is closed. Nil (and closed) past that share.
-    ///
-    /// A file being rewritten (`Node.isRewriting`) is found as a node of its published version,
-    /// which holds `openPin()`'s `O_PATH` descriptor on it (the writer's node keeps the name for
-    /// everything else: docs/atomic-replace.md, "What others see").
     func remember(descriptor: Int32, attributes: stat, zone: Zone, parent: Node, name: FileName,
-                  for uid: uid_t, openPin: () -> Int32) -> Node? {
+                  for uid: uid_t) -> Node? {
         let key = BackingKey(attributes)
         if key == root.key {
             if descriptor >= 0 { close(descriptor) }
             return root
         }
         var confirmed: Node?
-        var pin: Int32 = -1
-        var unpinnable = false
-        defer { if pin >= 0 { close(pin) } }
         while true {
             let (found, counted) = state.withLock { state -> (Node?, Bool) in
                 // A node of another type has a reused inode number: its item is gone.
                 if let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT {
-                    if existing.isRewriting, !unpinnable, existing.parent === parent, existing.name.elementsEqual(name.bytes) {
-                        if let index = state.published.firstIndex(where: { $0.writer === existing }) {
-                            let published = state.published[index].node
-                            if published.key == key {
-                                published.lookups += 1
-                                return (published, true)
-                            }
-                            // The version of a rewrite that has published since: left to its readers.
-                            state.published.remove(at: index)
-                            if published.markDetached() { state.detached[published.key, default: 0] += 1 }
-                        }
-                        // Pinned, the node shows that version whatever the name leads to later.
-                        if pin >= 0 {
-                            let published = Node(descriptor: -1, attributes: attributes, exposedInode: existing.exposedInode,
-                                                 zone: zone, parent: parent, name: NodeName(name.bytes),
-                                                 generation: state.nextGeneration(), showsPublishedVersion: true)
-                            _ = published.pin(pin)
-                            pin = -1
-                            published.lookups = 1
-                            _ = Unmanaged.passRetained(published)
-                            state.published.append((existing, published))
-                            return (published, true)
-                        }
-                        return (nil, false)
-                    }
                     let placed = existing.parent === parent && existing.name.elementsEqual(name.bytes)
                     guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
                     if descriptor >= 0 { close(descriptor) }
@@ -529,20 +466,7 @@ final class NodeTable: @unchecked Sendable {
                 if let charge, charge !== DescriptorCharge.uncounted { state.charged[ObjectIdentifier(node)] = charge }
                 return (node, true)
             }
-            guard let found else {
-                if counted { return nil }
-                // A rewrite runs: its published version needs a pin, opened outside the lock.
-                // If the name leads elsewhere now, the writer's node answers, as before the rewrite.
-                let opened = openPin()
-                var pinned = stat()
-                if opened >= 0, fstat(opened, &pinned) == 0, BackingKey(pinned) == key {
-                    pin = opened
-                } else {
-                    if opened >= 0 { close(opened) }
-                    unpinnable = true
-                }
-                continue
-            }
+            guard let found else { return nil }
             if counted { return found }
             // Seen elsewhere last: the same item under another name (a hard link), or a node whose
             // item is gone and whose inode number now belongs to this one (then it is dropped).
@@ -581,7 +505,6 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if !state.published.isEmpty { state.published.removeAll { $0.node === node } }
             if node.isDetached, let count = state.detached[node.key] {
                 state.detached[node.key] = count > 1 ? count - 1 : nil
             }
@@ -630,17 +553,13 @@ final class NodeTable: @unchecked Sendable {
     /// kernel's inode is the readers' alone then, so the writer can move its size and cache no more.
     func detach(_ node: Node) {
         let newly = node.markDetached()
+        let now = DispatchTime.now().uptimeNanoseconds
         state.withLock { state in
             if newly { state.detached[node.key, default: 0] += 1 }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if !state.published.isEmpty { state.published.removeAll { $0.node === node } }
-            state.awaitWriter(at: node.key)
+            if state.awaitingWriter.count >= 256 { state.awaitingWriter = state.awaitingWriter.filter { $0.value > now } }
+            state.awaitingWriter[node.key] = now + NodeTable.writerAwaited
         }
-    }
-
-    /// The next node made for the file at `key` awaits a writer, as after a `detach`.
-    func awaitWriter(at key: BackingKey) {
-        state.withLock { $0.awaitWriter(at: key) }
     }
 
     /// How long the nodes made after a `detach` wait for the writer: its retried open may first
@@ -655,36 +574,7 @@ final class NodeTable: @unchecked Sendable {
     /// Whether a node serves the file at `key`, or keeps an inode number for it, or the kernel still
     /// holds a node of it left to its readers.
     func serves(_ key: BackingKey) -> Bool {
-        state.withLock { state in
-            state.nodes[key] != nil || state.aliases[key] != nil || state.detached[key] != nil
-                || state.published.contains { $0.node.key == key }
-        }
-    }
-
-    /// The node whose session a writer opening `node` joins: the writer's, when `node` is the
-    /// published version of a file being rewritten; nil otherwise.
-    func rewriter(of node: Node) -> Node? {
-        guard node.showsPublishedVersion else { return nil }
-        return state.withLock { state in
-            guard !state.published.isEmpty, let writer = state.published.first(where: { $0.node === node })?.writer,
-                  writer.isRewriting else { return nil }
-            return writer
-        }
-    }
-
-    /// A rewrite on `writer` ended (published or not): the node of the version others saw meanwhile,
-    /// if any, is left to its readers (`detach`, without awaiting a writer) and returned, so that
-    /// the kernel's lookup of the name is asked again.
-    func retirePublished(of writer: Node) -> Node? {
-        state.withLock { state in
-            guard !state.published.isEmpty, let index = state.published.firstIndex(where: { $0.writer === writer }) else {
-                return nil
-            }
-            let node = state.published.remove(at: index).node
-            // Pinned, so marking it opens nothing.
-            if node.markDetached() { state.detached[node.key, default: 0] += 1 }
-            return node
-        }
+        state.withLock { $0.nodes[key] != nil || $0.aliases[key] != nil || $0.detached[key] != nil }
     }
 
     /// Whether the kernel still holds a detached node of the file (`detach`).
@@ -719,10 +609,7 @@ final class NodeTable: @unchecked Sendable {
             let previous = node.key
             state.aliases[previous] = nil
             node.beginReplacing(with: key)
-            // A node the kernel forgot stays out of the index: a writer joining a rewrite through
-            // the published version's node keeps the writer's node alive, not the kernel's count
-            // of it, which a lookup finding it again would count from 0 a second time.
-            if node.lookups > 0 { state.index(node, as: key) }
+            state.index(node, as: key)
             if key.inode != node.exposedInode {
                 state.aliases[key] = node.exposedInode
                 state.retired.insert(node.exposedInode)
@@ -736,7 +623,6 @@ final class NodeTable: @unchecked Sendable {
 
     /// The publish's rename is done: the previous file is gone.
     func finishRepublish(_ node: Node, previous: BackingKey) {
-        republishes.add(1, ordering: .releasing)
         state.withLock { state in
             if state.nodes[previous] === node { state.nodes[previous] = nil }
             node.endReplacing(renamed: true)
@@ -749,7 +635,7 @@ final class NodeTable: @unchecked Sendable {
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
             state.aliases[node.key] = nil
             node.endReplacing(renamed: false)
-            if node.lookups > 0, state.nodes[previous] == nil { state.nodes[previous] = node }
+            if state.nodes[previous] == nil { state.nodes[previous] = node }
         }
     }
 
@@ -764,10 +650,6 @@ final class NodeTable: @unchecked Sendable {
             let oldZone = moved.zone
             moved.setPlace(parent: parent, name: NodeName(name.bytes))
             moved.zone = zone
-            for (writer, node) in state.published where writer === moved {
-                node.setPlace(parent: parent, name: NodeName(name.bytes))
-                node.zone = zone
-            }
             moved.inPlaceAnswer.store(0, ordering: .relaxed)
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).

@@ -41,11 +41,6 @@ final class WriteSession {
     /// A large file's rewrite kept as a redo log instead of a copy (`Shadows.logThreshold`):
     /// `shadow` is then the log, and this the rest of its state.
     var log: LoggedRewrite?
-    /// Whether the session writes a copy of the file, apart from its published version: the copy
-    /// takes the attributes set meanwhile, and its size shows on the writer's kernel inode (a new
-    /// file's fresh writes are the file itself; a log keeps the file's size but where the writer
-    /// extends it).
-    var hidesPublished: Bool { shadow >= 0 && !fresh && log == nil }
 }
 
 /// What a write session keeps of a rewrite logged in a `DeltaLog`.
