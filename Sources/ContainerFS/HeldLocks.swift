@@ -50,12 +50,17 @@ struct HeldLocks: Sendable {
             if count <= 0 { break }
             text += buffer[..<count]
         }
-        return lists(inode, in: String(decoding: text, as: UTF8.self))
+        return lists(inode, in: text)
     }
 
     /// Whether `locks`, the text of /proc/locks, lists a lock on the mount's inode `inode`.
     func lists(_ inode: UInt64, in locks: String) -> Bool {
-        let wanted = device + ":" + String(inode)
-        return locks.split(separator: "\n").contains { line in line.split(separator: " ").contains { $0 == wanted } }
+        lists(inode, in: Array(locks.utf8))
+    }
+
+    /// `lists` on the bytes read, searched as they are: a writer's open of an open file asks, and
+    /// the listing holds every lock on the machine. Each lock's `DEVICE:INODE` stands between spaces.
+    private func lists(_ inode: UInt64, in locks: [UInt8]) -> Bool {
+        locks.firstRange(of: Array(" \(device):\(inode) ".utf8)) != nil
     }
 }
