@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <sys/syscall.h>
+#include <signal.h>
 #include <linux/capability.h>
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -37,6 +38,10 @@ const int clinux_SEEK_DATA = SEEK_DATA;
 const int clinux_SEEK_HOLE = SEEK_HOLE;
 const short clinux_POSIX_SPAWN_SETSID = POSIX_SPAWN_SETSID;
 
+int clinux_leads_thread_group(int thread) {
+    // ESRCH unless the thread is in the group named; EPERM only says it may not be signalled.
+    return tgkill(thread, thread, 0) == 0 || errno == EPERM;
+}
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
 }

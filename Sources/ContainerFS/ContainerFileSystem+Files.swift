@@ -41,7 +41,9 @@ extension ContainerFileSystem {
         if writing && !inPlace {
             return coordination.perform(.write(nodes.itemPath(of: node)), isDirectory: false, caller: request.caller) { access in
                 var error = flags & O_TRUNC != 0 ? self.clearSetIDAfterTruncation(of: node, by: request.caller) : 0
-                if error == 0 { error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, access: access) }
+                if error == 0 {
+                    error = self.joinSession(of: node, truncating: flags & O_TRUNC != 0, by: request.caller.pid, access: access)
+                }
                 guard error == 0 else {
                     access.end(tookEffect: false)
                     return request.reply(error: error)
@@ -135,7 +137,7 @@ extension ContainerFileSystem {
 
     /// Adds a write handle to the node's write session, starting one (with its shadow) if none runs.
     /// A new session keeps `access` until its first publish; a running one holds its own already.
-    private func joinSession(of node: Node, truncating: Bool, access: CoordinatedAccess?) -> Int32 {
+    private func joinSession(of node: Node, truncating: Bool, by opener: pid_t, access: CoordinatedAccess?) -> Int32 {
         node.withSession { current in
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
             if node.sharing.writerJoined() { nodes.writerArrived(at: node.key) }
@@ -166,6 +168,7 @@ extension ContainerFileSystem {
                 access?.end(tookEffect: false)
             }
             session.writers += 1
+            session.writerProcesses.add(opener)
             return 0
         }
     }
@@ -282,11 +285,12 @@ extension ContainerFileSystem {
                 // close, and only then do presenters hear that the file appeared.
                 var sessionError: Int32 = 0
                 var writtenNode = node
-                if !(made && self.startFreshSession(of: node, file: descriptor, spareName: spareName, announcing: access)) {
+                if !(made && self.startFreshSession(of: node, file: descriptor, spareName: spareName, by: caller.pid,
+                                                    announcing: access)) {
                     close(descriptor)
                     self.shadows.dropSpareLink(spareName)
                     access.end(tookEffect: true)
-                    sessionError = self.joinSession(of: node, truncating: truncating, access: nil)
+                    sessionError = self.joinSession(of: node, truncating: truncating, by: caller.pid, access: nil)
                     if sessionError == ESTALE, node.isDetached {
                         // Left to its cached readers: the name gets a node for this writer.
                         self.forget(entry.ino, count: 1)
@@ -294,7 +298,7 @@ extension ContainerFileSystem {
                                                         for: caller.uid)
                         guard sessionError == 0 else { return request.reply(error: sessionError) }
                         writtenNode = self.nodes.node(entry.ino)
-                        sessionError = self.joinSession(of: writtenNode, truncating: truncating, access: nil)
+                        sessionError = self.joinSession(of: writtenNode, truncating: truncating, by: caller.pid, access: nil)
                     }
                 }
                 guard sessionError == 0 else {
@@ -375,7 +379,7 @@ extension ContainerFileSystem {
 
     /// Starts the write session of a file that `create` made, writing it in place until its first
     /// publish or until someone else opens it (`endFreshSession`). False if a session runs already.
-    private func startFreshSession(of node: Node, file: Int32, spareName: [CChar],
+    private func startFreshSession(of node: Node, file: Int32, spareName: [CChar], by creator: pid_t,
                                    announcing creation: CoordinatedAccess) -> Bool {
         node.withSession { current in
             guard current == nil else { return false }
@@ -384,6 +388,7 @@ extension ContainerFileSystem {
             session.access = creation
             session.announcesCreation = true
             session.writers = 1
+            session.writerProcesses.add(creator)
             current = session
             return true
         }
@@ -405,7 +410,8 @@ extension ContainerFileSystem {
 
     /// Runs `body` with the descriptor a handle reads and writes now: its own, or its session's shadow
     /// (made again after a publish). The session stays locked meanwhile, so no publish closes it.
-    private func withDescriptor(of handle: OpenFile, writer: UInt64? = nil, _ body: (Int32) -> Void) -> Int32 {
+    private func withDescriptor(of handle: OpenFile, writer: (owner: UInt64, thread: pid_t)? = nil,
+                                _ body: (Int32) -> Void) -> Int32 {
         withTarget(of: handle, writer: writer, logging: false) { target in
             if case .descriptor(let descriptor) = target { body(descriptor) }
         }
@@ -414,7 +420,9 @@ extension ContainerFileSystem {
     /// As `withDescriptor`; with `logging` (a write), a session may keep (or start, for a writer
     /// alone) a log instead of a shadow. Reads, seeks and fallocate need the file's data: a logged
     /// rewrite becomes an ordinary one for them.
-    private func withTarget(of handle: OpenFile, writer: UInt64?, logging: Bool, _ body: (WriteTarget) -> Void) -> Int32 {
+    /// `writer`: the lock owner and thread of a change.
+    private func withTarget(of handle: OpenFile, writer: (owner: UInt64, thread: pid_t)?, logging: Bool,
+                            _ body: (WriteTarget) -> Void) -> Int32 {
         guard handle.writesThroughSession else {
             body(.descriptor(handle.descriptor))
             return 0
@@ -431,7 +439,8 @@ extension ContainerFileSystem {
             }
             if let writer {
                 session.dirty = true
-                session.lastWriter = writer
+                session.lastWriter = writer.owner
+                session.writerProcesses.add(writer.thread)
             }
             body(session.log != nil ? .log(session) : .descriptor(session.shadow))
             return 0
@@ -451,7 +460,7 @@ extension ContainerFileSystem {
         handle.wrote = true
         var written = 0
         var cleared = false
-        let error = withTarget(of: handle, writer: file.lockOwner, logging: !handle.appends) { target in
+        let error = withTarget(of: handle, writer: (file.lockOwner, request.caller.pid), logging: !handle.appends) { target in
             // Every write, as the kernel would: the bits may have been set since the last one.
             if request.caller.uid != 0 {
                 let outcome: (error: Int32, cleared: Bool)
@@ -578,7 +587,7 @@ extension ContainerFileSystem {
         var cleared = false
         let handle = Handle.get(file, as: OpenFile.self)
         let caller = request.caller
-        let error = withDescriptor(of: handle, writer: file.lockOwner) {
+        let error = withDescriptor(of: handle, writer: (file.lockOwner, caller.pid)) {
             // As a write.
             let outcome = Backing.clearSetID($0, changedBy: caller)
             result = outcome.error

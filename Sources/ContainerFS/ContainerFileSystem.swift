@@ -230,26 +230,28 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         let node = nodes.node(inode)
         // The kernel names the handle when a read or seek on it needs the size (regular files only).
         var (attributes, error) = file.map { self.attributes(seenThrough: Handle.get($0, as: OpenFile.self)) }
-            ?? currentAttributes(of: node)
+            ?? currentAttributes(of: node, seenBy: request.caller.pid)
         guard error == 0 else { return request.reply(error: error) }
         visible(&attributes, of: node)
         request.reply(attributes: &attributes, validFor: attributeTimeout(of: node))
     }
 
-    /// How long the kernel may keep `node`'s attributes: not at all while a live writer's shared
-    /// mappings may move them behind its back (`Sharing.attributesMoveUnseen`).
+    /// How long the kernel may keep `node`'s attributes: not at all while they vary
+    /// (`Node.attributesVary`).
     @inline(__always)
     func attributeTimeout(of node: Node) -> Double {
-        node.isRegularFile && node.attributesMoveUnseen ? 0 : timeouts.attributes
+        node.isRegularFile && node.attributesVary ? 0 : timeouts.attributes
     }
 
-    /// A file being written shows its writer's view (the shadow), so that appends land at its end;
-    /// readers are not misled, since they read with direct I/O meanwhile. Readers asking through
-    /// their handles see their own version.
-    func currentAttributes(of node: Node) -> (stat, Int32) {
+    /// A file being rewritten shows its writers their writes (the shadow), as `fstat` after a write
+    /// does on a disk, and everyone else the published version whole, as they read it: `tar` and
+    /// `rsync` copy as many bytes as `stat` says (docs/atomic-replace.md, "What readers see").
+    /// `thread`: the thread asking by name; nil for a handle of the session.
+    func currentAttributes(of node: Node, seenBy thread: pid_t? = nil) -> (stat, Int32) {
         if node.isRegularFile {
             let shadowAttributes = node.withSession { session -> stat? in
                 guard let session, session.shadow >= 0 else { return nil }
+                if let thread, session.hidesWrites, !session.writerProcesses.includes(thread) { return nil }
                 var attributes = stat()
                 if let log = session.log {
                     // A logged rewrite: the file, at the size the writer made it.
@@ -279,7 +281,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             var error: Int32 = 0
             if fields.contains(.size) {
                 error = self.truncate(node, to: new.st_size, through: file.map { Handle.get($0, as: OpenFile.self) },
-                                      by: file == nil ? 0 : request.caller.pid, published: &published)
+                                      by: request.caller.pid, throughHandle: file != nil, published: &published)
             }
             if error == 0 { error = self.applyMetadata(new, fields: fields, to: node) }
             if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
@@ -292,9 +294,9 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
 
     /// Truncates a file: in place, in its write session, or as a write session of its own.
     /// `handle`: the descriptor it is truncated through (`ftruncate`), if any; `truncater`: the
-    /// thread that truncates through a descriptor of the session, or 0.
+    /// thread that truncates, through a descriptor of the session if `throughHandle`.
     private func truncate(_ node: Node, to size: off_t, through handle: OpenFile?, by truncater: pid_t,
-                          published: inout Bool) -> Int32 {
+                          throughHandle: Bool, published: inout Bool) -> Int32 {
         // A descriptor opened in place (the file was live then) truncates in place, as it writes,
         // even once the file is live no more: as a session's writer, its own open would count as
         // a reader to leave the node to, and `ftruncate` never retries an ESTALE.
@@ -315,7 +317,9 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             guard error == 0 else { return error }
             session.dirty = true
             guard current == nil else {
-                if truncater != 0 { session.truncater = truncater }
+                // It joins the rewrite, and sees it.
+                session.writerProcesses.add(truncater)
+                if throughHandle { session.truncater = truncater }
                 return 0
             }
             published = true

@@ -160,8 +160,12 @@ final class Node: @unchecked Sendable {
     /// Whether programs share the file live (`Sharing.isLive`).
     var isLive: Bool { Node.sessionLocks[stripe].withLock { sharing.isLive } }
 
-    /// `Sharing.attributesMoveUnseen`.
-    var attributesMoveUnseen: Bool { Node.sessionLocks[stripe].withLock { sharing.attributesMoveUnseen } }
+    /// Whether the kernel must ask for the file's attributes each time: a live writer's shared
+    /// mappings may move them behind its back (`Sharing.attributesMoveUnseen`), or a rewrite's
+    /// writers see their writes and others the published version (`WriteSession.hidesWrites`).
+    var attributesVary: Bool {
+        Node.sessionLocks[stripe].withLock { sharing.attributesMoveUnseen || writeSession?.hidesWrites == true }
+    }
 
     func noticeSent() {
         Node.sessionLocks[stripe].withLock { sharing.noticeSent() }

@@ -38,9 +38,15 @@ final class WriteSession {
     var fresh = false
     /// The file a fresh session writes, whose mark `shadowName` is (`UnsyncedPublishes`).
     var markKey: BackingKey?
+    /// Who writes: they see their writes in `stat`, others the published version.
+    var writerProcesses = WriterProcesses()
     /// A large file's rewrite kept as a redo log instead of a copy (`Shadows.logThreshold`):
     /// `shadow` is then the log, and this the rest of its state.
     var log: LoggedRewrite?
+
+    /// Whether the writers' view differs from the published version: a shadow holds what they
+    /// wrote (a fresh session's file is the published version itself).
+    var hidesWrites: Bool { shadow >= 0 && !fresh }
 }
 
 /// What a write session keeps of a rewrite logged in a `DeltaLog`.

@@ -34,6 +34,51 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    /// Others see the published version whole while a rewrite is under way, its size included:
+    /// `tar` and `rsync` take the size from `stat` and read that many bytes. The writer's process,
+    /// any thread of it, sees its writes. In a plain directory the writer writes a temporary file
+    /// and renames it over the file at its close, a local disk's atomic replace; through the mount
+    /// it writes the file itself.
+    func testOthersSeeThePublishedSizeWhileARewriteIsUnderWay() throws {
+        try XCTSkipIf(Shell.run("command -v rsync").status != 0, "rsync is not installed (scripts/setup.sh installs it)")
+        let script = """
+        python3 - "$mode" <<'EOF'
+        import io, os, subprocess, sys, tarfile, threading
+        def run(*arguments): return subprocess.run(arguments, capture_output=True, check=True).stdout
+        def in_a_thread(call):
+            seen = []
+            thread = threading.Thread(target=lambda: seen.append(call()))
+            thread.start(); thread.join()
+            return seen[0]
+        open('v', 'wb').write(b'A' * 100000)
+        for flags in (os.O_TRUNC, 0):
+            name = 'v.tmp' if sys.argv[1] == 'rename' else 'v'
+            writer = os.open(name, os.O_WRONLY | os.O_CREAT | flags, 0o644)
+            if flags == 0 and name == 'v.tmp': os.write(writer, open('v', 'rb').read())
+            os.pwrite(writer, b'B' * 5000, 0)
+            if flags == 0: os.pwrite(writer, b'B' * 5000, 200000)
+            published = open('v', 'rb').read()
+            print(int(run('stat', '-c', '%s', 'v')) == len(published), len(run('cat', 'v')) == len(published))
+            member = tarfile.open(fileobj=io.BytesIO(run('tar', 'cf', '-', 'v'))).extractfile('v').read()
+            run('rsync', 'v', 'copy')
+            print(member == published, open('copy', 'rb').read() == published)
+            print(os.fstat(writer).st_size, in_a_thread(lambda: os.fstat(writer).st_size))
+            os.close(writer)
+            if name == 'v.tmp': os.rename('v.tmp', 'v')
+            print(os.stat('v').st_size, run('stat', '-c', '%s', 'v').decode().strip(), open('v', 'rb').read(5000) == b'B' * 5000)
+        EOF
+        """
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let expected = "True True\nTrue True\n5000 5000\n5000 5000 True\nTrue True\nTrue True\n205000 205000\n205000 205000 True\n"
+        for (place, mode) in [(plain, "rename"), (home + "/Documents", "direct"), (home + "/Library/Application Support", "direct")] {
+            let result = Shell.run("mode=\(mode)\n" + script, in: place)
+            XCTAssertEqual(result.status, 0, "in \(place): \(result.error)")
+            XCTAssertEqual(result.output, expected, "in \(place)")
+        }
+    }
+
     func testANewFileLooksEmptyToOthersUntilItsCreatorCloses() {
         // The creator writes the new file in place until someone else opens it.
         syscall("""

@@ -1,4 +1,6 @@
 @testable import ContainerFS
+import Coordination
+import Foundation
 import Glibc
 import XCTest
 
@@ -31,5 +33,55 @@ final class ProcessStateTests: XCTestCase {
         XCTAssertFalse(ProcessState.isDyingFromSignal(getpid()))
         XCTAssertFalse(ProcessState.isDyingFromSignal(0))
         XCTAssertFalse(ProcessState.isDyingFromSignal(Int32.max))
+    }
+
+    /// The calling thread's id, as a request names its caller ("PID/task/TID").
+    private static func currentThread() -> pid_t {
+        let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+        return pid_t(path.split(separator: "/").last ?? "") ?? 0
+    }
+
+    func testAThreadBelongsToItsProcessAndAChildIsAProcessOfItsOwn() throws {
+        let process = getpid()
+        XCTAssertEqual(ProcessState.threadGroup(of: process), process, "the first thread")
+        let other = Locked<pid_t?>(nil)
+        let thread = Thread { other.withLock { $0 = ProcessState.threadGroup(of: Self.currentThread()) } }
+        thread.start()
+        while other.withLock({ $0 }) == nil { usleep(1000) }
+        XCTAssertEqual(other.withLock { $0 }, process, "another thread, told by /proc")
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        child.arguments = ["5"]
+        try child.run()
+        defer { child.terminate(); child.waitUntilExit() }
+        XCTAssertEqual(ProcessState.threadGroup(of: child.processIdentifier), child.processIdentifier)
+        XCTAssertNil(ProcessState.threadGroup(of: 0))
+        XCTAssertNil(ProcessState.threadGroup(of: Int32.max), "no such thread")
+        let status = Array("Name:\tpython3\nUmask:\t0022\nState:\tS\nTgid:\t4321\nPid:\t4330\n".utf8)
+        XCTAssertEqual(status.withUnsafeBufferPointer { ProcessState.threadGroup(status: $0) }, 4321)
+    }
+
+    /// The writers of a session are told by their threads' processes: another thread of a
+    /// writer's process is one, another process (a child) is not until it writes.
+    func testAWritersOtherThreadsSeeItsWritesAndOtherProcessesDoNot() throws {
+        var writers = WriterProcesses()
+        let other = Locked<pid_t>(0)
+        let thread = Thread { other.withLock { $0 = Self.currentThread() }; sleep(5) }
+        thread.start()
+        while other.withLock({ $0 }) == 0 { usleep(1000) }
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        child.arguments = ["5"]
+        try child.run()
+        defer { child.terminate(); child.waitUntilExit() }
+        let pid = child.processIdentifier
+        XCTAssertFalse(writers.includes(Self.currentThread()), "no writer yet")
+        writers.add(Self.currentThread())
+        XCTAssertTrue(writers.includes(Self.currentThread()))
+        XCTAssertTrue(writers.includes(other.withLock { $0 }), "a thread of the writer's process")
+        XCTAssertFalse(writers.includes(pid), "another process")
+        XCTAssertFalse(writers.includes(0))
+        writers.add(pid)
+        XCTAssertTrue(writers.includes(pid), "once it writes")
     }
 }

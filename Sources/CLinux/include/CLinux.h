@@ -22,6 +22,9 @@ extern const int clinux_SEEK_HOLE;
 /// Makes a spawned child start with no descriptor from `lowest` up but those its actions set.
 int clinux_spawn_close_from(void *actions, int lowest);
 
+/// Whether `thread` leads its thread group (its process's first thread, as a single-threaded
+/// process's only one is): 1, 0 when it is another's thread or gone (tgkill with signal 0).
+int clinux_leads_thread_group(int thread);
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
 /// Writes the file's dirty data and waits for the writes to end (sync_file_range over the whole
