@@ -458,9 +458,12 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
 }
 
 extension ContainerFileSystem {
-    /// Tells the kernel that the name a node was last seen under is gone (removed behind its back).
+    /// Tells the kernel that the name a node was last seen under is gone (removed behind its back):
+    /// its attributes go, so the next `stat` asks, finds the name gone (ESTALE) and the kernel looks
+    /// it up again. Not the entry itself: the kernel takes the directory's lock for that notice,
+    /// and one waiting for a request the daemon serves would never end if the daemon died (its
+    /// process could not exit, nor the mount's requests be aborted).
     func forgetName(of node: Node) {
-        guard let (parent, name) = nodes.place(of: node) else { return }
-        _ = name.withUnsafeBytes { kernel?.invalidateEntry(parent: nodes.inodeNumber(of: parent), name: $0) }
+        kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
     }
 }

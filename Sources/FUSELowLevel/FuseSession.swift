@@ -96,12 +96,6 @@ public final class FuseSession {
 
     // MARK: Telling the kernel what changed behind its back
 
-    /// Drops the kernel's cached lookup of `name` in `parent`.
-    @discardableResult
-    public func invalidateEntry(parent: InodeNumber, name: UnsafeRawBufferPointer) -> Int32 {
-        fuse_lowlevel_notify_inval_entry(session, parent, name.baseAddress?.assumingMemoryBound(to: CChar.self), name.count)
-    }
-
     /// Drops the kernel's cached attributes and, for the range given, data of `inode` (length 0: all of it;
     /// a negative offset: none).
     @discardableResult
@@ -150,9 +144,10 @@ extension FuseSession: BackingFileRegistry {
     public func closeBacking(_ id: Int32) { _ = cfuse_backing_close(fuse_session_fd(session), id) }
 }
 
-/// Tells the kernel that cached entries or attributes are no longer true.
+/// Tells the kernel that cached attributes or data are no longer true. No entry notices
+/// (`FUSE_NOTIFY_INVAL_ENTRY`): the kernel takes the directory's lock for one, and a notice that
+/// waits there for a request the daemon serves never ends if the daemon dies, nor does the mount.
 public protocol KernelCacheNotifier: AnyObject {
-    @discardableResult func invalidateEntry(parent: InodeNumber, name: UnsafeRawBufferPointer) -> Int32
     @discardableResult func invalidateInode(_ inode: InodeNumber, offset: off_t, length: off_t) -> Int32
 }
 
