@@ -200,6 +200,10 @@ final class Node: @unchecked Sendable {
 
         /// Whether the file with `found` is the node's.
         func isMine(_ found: BackingKey) -> Bool { found == key || found == replaced }
+
+        func isSame(as other: Place) -> Bool {
+            parent === other.parent && name == other.name && key == other.key && replaced == other.replaced
+        }
     }
 
     /// The parent and name the node was last seen under (nil parent: the root), and its files.
@@ -285,12 +289,21 @@ final class Node: @unchecked Sendable {
     var isReachableByName: Bool { attributesByName().1 == 0 }
 
     private func attributesByName() -> (stat, Int32) {
-        let place = place
+        var place = place
         var attributes = stat()
-        guard let parent = place.parent, !evicted.load(ordering: .acquiring) else { return (attributes, ESTALE) }
-        let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
-        guard result == 0 else { return (attributes, errno == ENOENT ? ESTALE : errno) }
-        return (attributes, place.isMine(BackingKey(attributes)) ? 0 : ESTALE)
+        // A publish (or a rename through the mount) may move the node on between the look at its
+        // place and the `fstatat`: its place is looked at again then, before the name counts as
+        // leading elsewhere. A rewrite under way publishes often: without this a reader's open, and
+        // the kernel's retry of it, both answered ESTALE.
+        for _ in 0..<4 {
+            guard let parent = place.parent, !evicted.load(ordering: .acquiring) else { return (attributes, ESTALE) }
+            let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
+            let error: Int32 = result != 0 ? (errno == ENOENT ? ESTALE : errno) : place.isMine(BackingKey(attributes)) ? 0 : ESTALE
+            let now = self.place
+            if error == 0 || now.isSame(as: place) { return (attributes, error) }
+            place = now
+        }
+        return (attributes, ESTALE)
     }
 
     /// Runs `body` with an `O_PATH` descriptor on the node's backing item: one it holds, or one

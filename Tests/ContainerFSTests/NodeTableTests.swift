@@ -1,0 +1,66 @@
+@testable import ContainerFS
+import Containers
+import FUSELowLevel
+import Foundation
+import Glibc
+import Synchronization
+import XCTest
+
+/// The node table and its nodes driven directly, without a mount.
+final class NodeTableTests: XCTestCase {
+    private var directory = ""
+    private var nodes: NodeTable!
+
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("nodes-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let descriptor = open(directory, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        var attributes = stat()
+        XCTAssertEqual(fstat(descriptor, &attributes), 0)
+        nodes = NodeTable(root: Node(descriptor: descriptor, attributes: attributes, exposedInode: UInt64(attributes.st_ino),
+                                     zone: .documents, parent: nil, name: .empty))
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Looks `name` up, as `ContainerFileSystem.lookupEntry` does.
+    private func lookUp(_ name: String) -> Node? {
+        var attributes = stat()
+        guard lstat(directory + "/" + name, &attributes) == 0 else { return nil }
+        return name.withCString { nodes.remember(descriptor: -1, attributes: attributes, zone: .documents, parent: nodes.root,
+                                                 name: FileName($0), for: 0) }
+    }
+
+    /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
+    /// is reachable by name all along to those who look meanwhile: an open checks, and an
+    /// ESTALE there twice in a row reaches the program.
+    func testAFileRepublishedMeanwhileStaysReachableByName() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        let publishes = 8000
+        let done = Atomic<Bool>(false)
+        let lost = Atomic<Int>(0)
+        let looker = Thread {
+            while !done.load(ordering: .acquiring) {
+                if !node.isReachableByName { lost.add(1, ordering: .relaxed) }
+            }
+        }
+        looker.start()
+        for round in 1...publishes {
+            let shadow = directory + "/.shadow"
+            XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data("\(round)".utf8)))
+            var attributes = stat()
+            XCTAssertEqual(lstat(shadow, &attributes), 0)
+            let previous = nodes.republish(node, as: attributes)
+            XCTAssertEqual(rename(shadow, directory + "/f"), 0)
+            nodes.finishRepublish(node, previous: previous)
+        }
+        done.store(true, ordering: .releasing)
+        while !looker.isFinished { usleep(1000) }
+        XCTAssertEqual(lost.load(ordering: .relaxed), 0, "times the name led elsewhere")
+        XCTAssertTrue(node.isReachableByName)
+    }
+}
