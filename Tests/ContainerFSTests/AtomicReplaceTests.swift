@@ -79,6 +79,36 @@ final class AtomicReplaceTests: MountedTestCase {
         }
     }
 
+    /// A second writer, a truncation and a `chmod` by name join a rewrite that others look at
+    /// meanwhile, as writers of one file on a disk write one file.
+    func testASecondWriterJoinsARewriteThatOthersLookAt() {
+        everywhere("""
+        python3 - <<'EOF'
+        import os, subprocess
+        def size_seen_by_another(): return int(subprocess.run(['stat', '-c', '%s', 'v'], check=True, capture_output=True).stdout)
+        open('v', 'wb').write(b'A' * 100000)
+        first = os.open('v', os.O_WRONLY | os.O_TRUNC)
+        os.write(first, b'B' * 5000)
+        size_seen_by_another()
+        second = os.open('v', os.O_WRONLY)
+        os.pwrite(second, b'C' * 5000, 5000)
+        os.close(second)
+        os.pwrite(first, b'D' * 1000, 10000)
+        os.close(first)
+        data = open('v', 'rb').read()
+        print(len(data), data == b'B' * 5000 + b'C' * 5000 + b'D' * 1000)
+        first = os.open('v', os.O_WRONLY)
+        os.pwrite(first, b'E' * 10, 0)
+        size_seen_by_another()
+        os.truncate('v', 20000)
+        os.chmod('v', 0o600)
+        os.close(first)
+        data = open('v', 'rb').read()
+        print(len(data), data[:10] == b'E' * 10, data[11000:] == bytes(9000), oct(os.stat('v').st_mode & 0o777))
+        EOF
+        """, expected: "11000 True\n20000 True True 0o600\n")
+    }
+
     func testANewFileLooksEmptyToOthersUntilItsCreatorCloses() {
         // The creator writes the new file in place until someone else opens it.
         syscall("""
