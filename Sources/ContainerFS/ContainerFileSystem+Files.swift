@@ -394,10 +394,13 @@ extension ContainerFileSystem {
         }
     }
 
-    /// Ends the in-place writing of a new file that someone else opens: they see its published version.
+    /// Ends the in-place writing of a new file that someone else opens: they see its published
+    /// version, its size included (the kernel heard the writer's).
     func endFreshSession(of node: Node) {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault else { return }
-        node.withSession { if let session = $0 { shadows.endFresh(session, of: node, in: nodes) } }
+        if node.withSession({ session in session.map { shadows.endFresh($0, of: node, in: nodes) } ?? false }) {
+            kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: -1, length: 0)
+        }
     }
 
     /// Where a handle's writes go now.

@@ -713,18 +713,24 @@ final class Shadows: @unchecked Sendable {
 
     /// Someone else opens a file that `session` writes in place since creating it: its name gets
     /// the empty file back, and what was written so far goes on as an ordinary shadow. (If the name
-    /// no longer leads to the file, the session stays as it is.)
-    func endFresh(_ session: WriteSession, of node: Node, in nodes: NodeTable) {
-        guard session.fresh else { return }
+    /// no longer leads to the file, the session stays as it is.) True when the name leads to the
+    /// empty copy now: the attributes the kernel holds are the writer's.
+    @discardableResult
+    func endFresh(_ session: WriteSession, of node: Node, in nodes: NodeTable) -> Bool {
+        guard session.fresh else { return false }
         // Nothing written: the file is its published version; the next write makes a shadow.
-        guard session.dirty else { return discard(session) }
+        guard session.dirty else {
+            discard(session)
+            return false
+        }
         // An empty copy of the file (mode, owner, attributes) swaps places with it.
         let empty = WriteSession()
-        guard prepare(empty, of: node, truncated: true) == 0 else { return }
+        guard prepare(empty, of: node, truncated: true) == 0 else { return false }
         var attributes = stat()
         guard fstat(empty.shadow, &attributes) == 0,
               case .moved = moveIntoPlace(empty.shadowName, attributes, of: node, in: nodes, mustExchange: true) else {
-            return discard(empty)
+            discard(empty)
+            return false
         }
         // The copy's former name leads to what was written; the mark is a link too many.
         unlinkat(directory, session.shadowName, 0)
@@ -733,6 +739,7 @@ final class Shadows: @unchecked Sendable {
         session.fresh = false
         session.markKey = nil
         close(empty.shadow)
+        return true
     }
 
     /// Closes the shadow and removes it if it was not published. A fresh file goes back to its

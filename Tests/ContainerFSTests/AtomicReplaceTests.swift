@@ -118,6 +118,10 @@ final class AtomicReplaceTests: MountedTestCase {
         writer.flush()
         assert os.stat('Documents/new').st_nlink == 1
         assert subprocess.run(['cat', 'Documents/new'], capture_output=True, text=True).stdout == ''
+        # Its size too: others see the empty version they read, the creator what it wrote.
+        seen = subprocess.run(['stat', '-c', '%s', 'Documents/new'], capture_output=True, text=True).stdout
+        assert seen.strip() == '0', seen
+        assert os.fstat(writer.fileno()).st_size == 12
         reader = open('Documents/new')
         writer.write(', then finished')
         writer.flush()
