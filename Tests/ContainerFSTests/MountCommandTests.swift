@@ -448,6 +448,34 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(holding, [], "no shadow is left holding the space")
     }
 
+    /// A write that finds the disk full makes the oldest versions go at once, not at the next look
+    /// at the free-space floor (every 5 s): the room goes back to the writers (docs/versions.md).
+    func testAWriteThatFindsTheDiskFullMakesVersionsGoAtOnce() throws {
+        let store = try smallStore(megabytes: 32)
+        let documents = mountedDocuments(of: store)
+        XCTAssertEqual(Shell.run("head -c 8M /dev/urandom > kept && head -c 8M /dev/urandom > kept", in: documents).status, 0)
+        let versions = { self.containerfs("versions \(Shell.quote(documents + "/kept"))").output.split(separator: "\n").count }
+        XCTAssertTrue(waitUntil({ versions() == 1 }), "the replaced version is kept")
+        // A writer fills the disk and holds what it wrote, open.
+        let full = scratch.appendingPathComponent("full-\(UUID().uuidString)").path
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        writer.arguments = ["-c", """
+            import errno, os, sys, time
+            f = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                while True: os.write(f, b'x' * 1048576)
+            except OSError as error:
+                assert error.errno == errno.ENOSPC, error
+            open(sys.argv[2], 'w').close()
+            time.sleep(30)
+            """, documents + "/filler", full]
+        try writer.run()
+        defer { writer.terminate(); writer.waitUntilExit() }
+        XCTAssertTrue(waitUntil({ FileManager.default.fileExists(atPath: full) }, seconds: 20), "the disk filled")
+        XCTAssertTrue(waitUntil({ versions() == 0 }, seconds: 1), "the version went at once")
+    }
+
     /// A writer's failed write spoils its version, not the next one: a truncating open starts a
     /// new version, which its own close publishes (it was discarded, and its close failed, with
     /// the first writer's error).
