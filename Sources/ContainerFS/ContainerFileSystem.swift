@@ -246,12 +246,13 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// A file being rewritten shows its writers their writes (the shadow), as `fstat` after a write
     /// does on a disk, and everyone else the published version whole, as they read it: `tar` and
     /// `rsync` copy as many bytes as `stat` says (docs/atomic-replace.md, "What readers see").
-    /// `thread`: the thread asking by name; nil for a handle of the session.
+    /// `thread`: the thread asking by name; nil for a handle of the session. A caller outside the
+    /// mount's process namespace (thread 0) cannot be told from a writer, and sees what one would.
     func currentAttributes(of node: Node, seenBy thread: pid_t? = nil) -> (stat, Int32) {
         if node.isRegularFile {
             let shadowAttributes = node.withSession { session -> stat? in
                 guard let session, session.shadow >= 0 else { return nil }
-                if let thread, session.hidesWrites, !session.writerProcesses.includes(thread) { return nil }
+                if let thread, thread > 0, session.hidesWrites, !session.writerProcesses.includes(thread) { return nil }
                 var attributes = stat()
                 if let log = session.log {
                     // A logged rewrite: the file, at the size the writer made it.

@@ -25,7 +25,7 @@ struct WriterProcesses {
     }
 
     /// Whether `thread` is one of a writing process's threads (one that holds the process's
-    /// descriptors, though it may not have written yet).
+    /// descriptors, though it may not have written yet). False for 0, which names no thread.
     mutating func includes(_ thread: pid_t) -> Bool {
         guard thread > 0 else { return false }
         if threads.contains(thread) { return true }
