@@ -164,6 +164,30 @@ final class LiveSharingTests: MountedTestCase {
         """, expected: "flock: refused\nv2\nlockf: refused\nv3\n")
     }
 
+    /// As above with /proc/locks longer than one read (64 KiB): 3,000 locks taken on another file
+    /// after the mount's, on the same processor, come before it in the listing.
+    func testALockHeldOnAFileOutlivesARewriteOfItAmongManyLocks() {
+        everywhere("""
+        echo v1 > data
+        filler=$(mktemp)
+        trap 'rm -f "$filler"' EXIT
+        taskset -c 0 flock data -c 'while [ ! -e ready ]; do sleep 0.05; done; echo v2 > data; sleep 1.5' &
+        sleep 0.3
+        taskset -c 0 python3 -c '
+        import fcntl, os, sys, time
+        f = os.open(sys.argv[1], os.O_RDWR)
+        for i in range(3000): fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * i)
+        open("ready", "w").close()
+        time.sleep(2.5)
+        ' "$filler" &
+        while [ ! -e ready ]; do sleep 0.05; done
+        [ "$(wc -c < /proc/locks)" -gt 65536 ] && echo "many locks"
+        sleep 0.7
+        flock -n data true && echo "flock: taken" || echo "flock: refused"
+        wait; cat data
+        """, expected: "many locks\nflock: refused\nv2\n")
+    }
+
     func testACounterUnderLockfCountsEveryIncrement() {
         // Each process keeps its descriptor open; a reader opens the file again for every look.
         everywhere("""
