@@ -476,6 +476,36 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil({ versions() == 0 }, seconds: 1), "the version went at once")
     }
 
+    /// A daemon in a process namespace of its own hears of callers outside it as pid 0, which it
+    /// cannot tell from a rewrite's writer: they see the writer's view of its size, and the writer
+    /// sees its writes (docs/atomic-replace.md, "Sizes during a rewrite").
+    func testCallersTheDaemonCannotNameSeeARewritesWritersView() throws {
+        try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        daemon.arguments = ["--pid", "--fork", MountedStore.executable, "mount", "--foreground", storePath, mountPoint]
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = FileHandle.nullDevice
+        try daemon.run()
+        defer {
+            _ = Shell.run("fusermount3 -u \(Shell.quote(mountPoint))")
+            daemon.waitUntilExit()
+        }
+        XCTAssertTrue(waitUntil({ self.isMounted }), "mounted")
+        let result = Shell.run("""
+            python3 -c '
+            import os, subprocess
+            open("v", "wb").write(b"A" * 100000)
+            writer = os.open("v", os.O_WRONLY | os.O_TRUNC)
+            os.write(writer, b"B" * 5000)
+            print(os.fstat(writer).st_size, subprocess.run(["stat", "-c", "%s", "v"], capture_output=True, text=True).stdout.strip())
+            os.close(writer)
+            print(os.stat("v").st_size)
+            '
+            """, in: mountPoint + "/" + SampleApps.notes + "/Documents")
+        XCTAssertEqual(result.output, "5000 5000\n5000\n", result.error)
+    }
+
     /// A writer's failed write spoils its version, not the next one: a truncating open starts a
     /// new version, which its own close publishes (it was discarded, and its close failed, with
     /// the first writer's error).
