@@ -1,4 +1,5 @@
 import CLinux
+import Coordination
 import FUSELowLevel
 import Glibc
 
@@ -54,19 +55,8 @@ enum ProcessState {
     static func threadGroup(of thread: pid_t) -> pid_t? {
         guard thread > 0 else { return nil }
         if clinux_leads_thread_group(thread) != 0 { return thread }
-        return withContents(of: "status", of: thread, upTo: 1024) { threadGroup(status: $0) } ?? nil
-    }
-
-    /// The `Tgid:` of a /proc/PID/status, which comes in its first lines.
-    static func threadGroup(status: UnsafeBufferPointer<UInt8>) -> pid_t? {
-        for line in status.split(separator: UInt8(ascii: "\n")) where line.starts(with: "Tgid:".utf8) {
-            var value: pid_t = 0
-            for byte in line.dropFirst(5) where byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
-                value = value &* 10 &+ pid_t(byte - UInt8(ascii: "0"))
-            }
-            return value > 0 ? value : nil
-        }
-        return nil
+        // `Tgid:` comes in the first lines.
+        return withContents(of: "status", of: thread, upTo: 1024) { ProcStatus.value(of: "Tgid:", in: $0) } ?? nil
     }
 
     /// Hands `body` the first `capacity` bytes of /proc/PID/`file`, read into a buffer on the stack

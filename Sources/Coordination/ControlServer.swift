@@ -545,19 +545,12 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         var bytes = [UInt8](repeating: 0, count: 4096)
         let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
         guard count > 0 else { return nil }
-        var tgid: pid_t?
-        var ppid: pid_t?
-        for line in bytes[..<count].split(separator: 0x0A) {
-            let text = String(decoding: line, as: UTF8.self)
-            func value(_ prefix: String) -> pid_t? {
-                guard text.hasPrefix(prefix) else { return nil }
-                return pid_t(String(text.dropFirst(prefix.count).filter { !$0.isWhitespace }))
-            }
-            if let value = value("Tgid:") { tgid = value }
-            if let value = value("PPid:") { ppid = value }
+        return bytes.withUnsafeBufferPointer { all in
+            let status = UnsafeBufferPointer(rebasing: all[..<count])
+            guard let tgid = ProcStatus.value(of: "Tgid:", in: status),
+                  let ppid = ProcStatus.value(of: "PPid:", in: status) else { return nil }
+            return (tgid, ppid)
         }
-        guard let tgid, let ppid else { return nil }
-        return (tgid, ppid)
     }
 }
 

@@ -58,7 +58,8 @@ final class ProcessStateTests: XCTestCase {
         XCTAssertNil(ProcessState.threadGroup(of: 0))
         XCTAssertNil(ProcessState.threadGroup(of: Int32.max), "no such thread")
         let status = Array("Name:\tpython3\nUmask:\t0022\nState:\tS\nTgid:\t4321\nPid:\t4330\n".utf8)
-        XCTAssertEqual(status.withUnsafeBufferPointer { ProcessState.threadGroup(status: $0) }, 4321)
+        XCTAssertEqual(status.withUnsafeBufferPointer { ProcStatus.value(of: "Tgid:", in: $0) }, 4321)
+        XCTAssertNil(status.withUnsafeBufferPointer { ProcStatus.value(of: "PPid:", in: $0) }, "no such line")
     }
 
     /// The writers of a session are told by their threads' processes: another thread of a
