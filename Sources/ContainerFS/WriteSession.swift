@@ -715,7 +715,6 @@ final class Shadows: @unchecked Sendable {
     /// the empty file back, and what was written so far goes on as an ordinary shadow. (If the name
     /// no longer leads to the file, the session stays as it is.) True when the name leads to the
     /// empty copy now: the attributes the kernel holds are the writer's.
-    @discardableResult
     func endFresh(_ session: WriteSession, of node: Node, in nodes: NodeTable) -> Bool {
         guard session.fresh else { return false }
         // Nothing written: the file is its published version; the next write makes a shadow.
