@@ -926,6 +926,18 @@ private func peerCredentials(_ fd: Int32) -> PeerCredentials? {
     return PeerCredentials(processID: credentials.0, userID: credentials.1, groupID: credentials.2)
 }
 
+/// The process listening on a control socket, as the kernel names it to the caller
+/// (SO_PEERCRED, taken at its `listen`): 0 when it runs in a process namespace the caller does not
+/// see into, so its socket's name (its pid there) says nothing here; nil when nothing answers.
+public func controlServerProcess(at socketPath: String) -> pid_t? {
+    guard isValidSocketPath(socketPath) else { return nil }
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    guard withSocketAddress(socketPath, { address, length in connect(fd, address, length) == 0 }) else { return nil }
+    return peerCredentials(fd)?.processID
+}
+
 /// Runs `body` with a `sockaddr_un` for `path`.
 func withSocketAddress<Result, Failure: Error>(
     _ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) throws(Failure) -> Result

@@ -506,6 +506,31 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(result.output, "5000 5000\n5000\n", result.error)
     }
 
+    /// `containerfs unmount` waits for the daemon it unmounted, found through its control socket
+    /// (SO_PEERCRED), not by the socket's name: a daemon in a process namespace of its own names
+    /// the socket by its pid there (1), and unmount waited 10 s for the machine's pid 1 and said
+    /// the daemon was still finishing.
+    func testUnmountWaitsForADaemonInAProcessNamespaceOfItsOwn() throws {
+        try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        daemon.arguments = ["--pid", "--fork", "--kill-child", MountedStore.executable, "mount", "--foreground", storePath, mountPoint]
+        daemon.standardOutput = FileHandle.nullDevice
+        daemon.standardError = FileHandle.nullDevice
+        try daemon.run()
+        defer {
+            if isMounted { _ = Shell.run("fusermount3 -u \(Shell.quote(mountPoint))") }
+            daemon.waitUntilExit()
+        }
+        XCTAssertTrue(waitUntil({ self.isMounted }), "mounted")
+        let unmount = Shell.run("\(Shell.quote(MountedStore.executable)) unmount \(Shell.quote(mountPoint))")
+        XCTAssertEqual(unmount.status, 0, unmount.error)
+        XCTAssertEqual(unmount.error, "", "nothing to say about a daemon that finished")
+        XCTAssertFalse(isMounted)
+        // The daemon had exited when unmount returned; unshare follows it at once.
+        XCTAssertTrue(waitUntil({ !daemon.isRunning }, seconds: 2), "the daemon exited")
+    }
+
     /// A writer's failed write spoils its version, not the next one: a truncating open starts a
     /// new version, which its own close publishes (it was discarded, and its close failed, with
     /// the first writer's error).

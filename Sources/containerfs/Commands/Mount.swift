@@ -1,6 +1,7 @@
 import ArgumentParser
 import CLinux
 import ContainerFS
+import Coordination
 import Containers
 import FileCoordination
 import Foundation
@@ -199,14 +200,14 @@ struct Unmount: ParsableCommand {
         throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it (`fuser -vm \(mountPoint)` lists them), or use --lazy.")
     }
 
-    /// The daemon serving `mountPoint`, by its control socket's name (`PID.sock`); nil if the
-    /// mount does not say.
+    /// The daemon serving `mountPoint`, as the kernel names it to its control socket's callers;
+    /// nil if the mount does not say, or if the daemon runs in a process namespace of its own
+    /// (its socket's name, `PID.sock`, holds its pid there).
     private static func daemon(serving mountPoint: String) -> pid_t? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         let length = clinux_getxattr(mountPoint, MountLocator.socketAttribute, &buffer, buffer.count)
-        guard length > 0 else { return nil }
-        let name = (String(decoding: buffer[..<length], as: UTF8.self) as NSString).lastPathComponent
-        return name.hasSuffix(".sock") ? pid_t(name.dropLast(5)) : nil
+        guard length > 0, let pid = controlServerProcess(at: String(decoding: buffer[..<length], as: UTF8.self)) else { return nil }
+        return pid > 0 ? pid : nil
     }
 
     /// Waits (up to 10 s) for the daemon to exit: after the kernel's unmount it still removes its
