@@ -938,8 +938,8 @@ public func controlServerProcess(at socketPath: String) -> pid_t? {
     return peerCredentials(fd)?.processID
 }
 
-/// Runs `body` with a `sockaddr_un` for `path`.
-func withSocketAddress<Result, Failure: Error>(
+/// Runs `body` with a `sockaddr_un` for `path`, which must be valid (`isValidSocketPath`).
+public func withSocketAddress<Result, Failure: Error>(
     _ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) throws(Failure) -> Result
 ) throws(Failure) -> Result where Failure: Error {
     var address = sockaddr_un()

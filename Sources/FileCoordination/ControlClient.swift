@@ -33,9 +33,9 @@ public final class ControlClient: @unchecked Sendable {
         self.onError = onError
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw FileCoordinationError.connectionFailed("socket: \(String(cString: strerror(errno)))") }
-        let connected = withUnixAddress(socketPath) { address, length in connect(fd, address, length) == 0 }
-        guard connected == true else {
-            let reason = connected == nil ? "socket path too long" : String(cString: strerror(errno))
+        let valid = isValidSocketPath(socketPath)
+        guard valid, withSocketAddress(socketPath, { address, length in connect(fd, address, length) == 0 }) else {
+            let reason = valid ? String(cString: strerror(errno)) : "socket path too long"
             Glibc.close(fd)
             throw FileCoordinationError.connectionFailed("\(socketPath): \(reason)")
         }
@@ -245,21 +245,5 @@ public final class ControlClient: @unchecked Sendable {
                 throw FileCoordinationError.disconnected(String(cString: strerror(errno)))
             }
         }
-    }
-}
-
-/// Runs `body` with a `sockaddr_un` for `path`; nil if the path does not fit.
-func withUnixAddress<Result>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Result) -> Result? {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    let bytes = Array(path.utf8)
-    guard !bytes.isEmpty, bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-        for (index, byte) in bytes.enumerated() { raw[index] = byte }
-        raw[bytes.count] = 0
-    }
-    let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + 1)
-    return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, length) }
     }
 }
