@@ -29,7 +29,7 @@ final class ControlServerTests: XCTestCase {
     private func startServer(replyTimeout: Duration = .seconds(2), maxQueuedBytes: Int = 4 << 20, limit: Int = 10_000,
                              helloTimeout: Duration = .seconds(5),
                              mayAccess: @escaping ControlServer.AccessCheck = { _, _, _ in true },
-                             processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)? = ControlServer.procProcessInfo)
+                             processInfo: @escaping @Sendable (pid_t) -> (tgid: pid_t, ppid: pid_t)? = ClientOwners.procProcessInfo)
         throws -> ControlServer {
         let log = self.log
         let server = ControlServer(socketPath: socketPath, maxQueuedBytes: maxQueuedBytes, maxClients: 64,
@@ -556,7 +556,7 @@ final class ControlServerTests: XCTestCase {
     func testPeerCredentialsAreReadAtAccept() throws {
         let parentOfChild: pid_t = 999_999
         try startServer(processInfo: { pid in
-            pid == parentOfChild ? (tgid: pid, ppid: getpid()) : ControlServer.procProcessInfo(pid)
+            pid == parentOfChild ? (tgid: pid, ppid: getpid()) : ClientOwners.procProcessInfo(pid)
         })
         XCTAssertNil(server.ownerOf(pid: getpid()), "no clients yet")
         let client = try connect()
@@ -581,7 +581,7 @@ final class ControlServerTests: XCTestCase {
         let tree: [pid_t: pid_t] = [1001: 1000, 1002: 1000, 1000: 900, 900: 1, 2001: getpid(), 2002: 2001]
         try startServer(processInfo: { pid in
             asked.append(pid)
-            return tree[pid].map { (tgid: pid, ppid: $0) } ?? ControlServer.procProcessInfo(pid)
+            return tree[pid].map { (tgid: pid, ppid: $0) } ?? ClientOwners.procProcessInfo(pid)
         })
         let client = try connect()
         let owner = try XCTUnwrap(server.ownerOf(pid: getpid()))
