@@ -10,7 +10,7 @@ for sanitizer in "${@:-address thread}"; do
   for kind in $sanitizer; do
     echo "== $kind sanitizer"
     swift build --build-tests -Xswiftc -sanitize="$kind" --scratch-path ".build-$kind"
-    # CONTAINERFS_SANITIZER lets the tests that ThreadSanitizer cannot judge say so and skip.
+    # CONTAINERFS_SANITIZER lets the tests that a sanitizer cannot judge say so and skip.
     CONTAINERFS_SANITIZER="$kind" ASAN_OPTIONS=detect_leaks=0 TSAN_OPTIONS=halt_on_error=1 \
       swift test --skip-build -Xswiftc -sanitize="$kind" --scratch-path ".build-$kind"
   done

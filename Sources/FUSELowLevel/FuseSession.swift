@@ -36,7 +36,7 @@ public final class FuseSession {
     }
 
     deinit {
-        if signalHandlersInstalled { fuse_remove_signal_handlers(session) }
+        if signalHandlersInstalled { cfuse_remove_signal_handlers() }
         if mounted { fuse_session_unmount(session) }
         fuse_session_destroy(session)
         fuse_opt_free_args(&arguments)
@@ -77,14 +77,17 @@ public final class FuseSession {
 
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
     public func installSignalHandlers() throws {
-        guard fuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
+        guard cfuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
         signalHandlersInstalled = true
     }
 
     /// Serves requests until unmounted or stopped by a signal. Returns 0 when unmounted, the
-    /// signal's number when one stopped it (both clean ends), or a negative errno.
+    /// signal's number when one stopped it (both clean ends), or a negative errno. Every thread
+    /// that served requests has ended when it returns.
     public func run(multithreaded: Bool = true, maxIdleThreads: UInt32 = 10, maxThreads: UInt32 = 64) -> Int32 {
-        multithreaded ? cfuse_session_loop_mt(session, maxIdleThreads, maxThreads) : fuse_session_loop(session)
+        let status = multithreaded ? cfuse_session_loop_mt(session, maxIdleThreads, maxThreads) : fuse_session_loop(session)
+        let signal = cfuse_stop_signal_received()
+        return signal != 0 ? signal : status
     }
 
     public func unmount() {

@@ -277,7 +277,6 @@ extension LargeFileTests {
     /// made here by strace's fault injection: every `copy_file_range` of the daemon fails with EIO):
     /// the writer's fsync reports it, and the clean unmount applies the log.
     func testAnApplyThatFailsIsReportedAndTheUnmountAppliesTheLog() throws {
-        try skipWhereThreadSanitizerHaltsTheDaemonAtUnmount()
         try changeWhileCopiesFail(withAReader: false, syncing: true)
         unmountCleanlyAndFindTheChangeApplied()
     }
@@ -286,7 +285,6 @@ extension LargeFileTests {
     /// close hears nothing (as a local disk's close does not hear of its cache's writes), and the
     /// clean unmount applies the log.
     func testAClosesApplyThatFailsInTheBackgroundLeavesTheLogToTheUnmount() throws {
-        try skipWhereThreadSanitizerHaltsTheDaemonAtUnmount()
         makeLargeFile()
         try mounted.failing("copy_file_range", with: "EIO") {
             syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'CHANGED', 4096); os.close(f)", errno: 0)

@@ -203,17 +203,6 @@ final class MountedStore {
 }
 
 /// Two apps with the shapes tests need: nested bundle folders, a symlink, documents, and Inbox files.
-extension XCTestCase {
-    /// Skips a test that needs the daemon to clean up after its unmount (or a signal) under
-    /// ThreadSanitizer: libfuse then cancels its worker threads inside read(), which
-    /// ThreadSanitizer reports as a thread ending inside an interceptor, and halts the daemon on
-    /// (scripts/sanitizers.sh sets CONTAINERFS_SANITIZER).
-    func skipWhereThreadSanitizerHaltsTheDaemonAtUnmount() throws {
-        try XCTSkipIf(ProcessInfo.processInfo.environment["CONTAINERFS_SANITIZER"] == "thread",
-                      "ThreadSanitizer halts the daemon when libfuse cancels its worker threads at unmount, before it cleans up")
-    }
-}
-
 enum SampleApps {
     static let notes = "com.example.notes"
     static let photos = "com.example.photos"

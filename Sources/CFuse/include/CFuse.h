@@ -11,16 +11,15 @@
 #include <errno.h>
 #include <stddef.h>
 
-static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned max_idle_threads, unsigned max_threads) {
-    struct fuse_loop_config *config = fuse_loop_cfg_create();
-    if (config == NULL) return -ENOMEM;
-    fuse_loop_cfg_set_idle_threads(config, max_idle_threads);
-    fuse_loop_cfg_set_max_threads(config, max_threads);
-    fuse_loop_cfg_set_clone_fd(config, 1);
-    int result = fuse_session_loop_mt(se, config);
-    fuse_loop_cfg_destroy(config);
-    return result;
-}
+/// Serves requests on threads of its own until the session exits (CFuse.c: libfuse's loop, ended
+/// without cancelling threads). 0, or a negative errno.
+int cfuse_session_loop_mt(struct fuse_session *se, unsigned max_idle_threads, unsigned max_threads);
+
+/// SIGHUP, SIGINT and SIGTERM end the session; SIGPIPE is ignored. 0, or a negative errno.
+int cfuse_set_signal_handlers(struct fuse_session *se);
+void cfuse_remove_signal_handlers(void);
+/// The signal that ended the session, or 0.
+int cfuse_stop_signal_received(void);
 
 static inline struct fuse_session *cfuse_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *ops, void *userdata) {
     return fuse_session_new(args, ops, sizeof(*ops), userdata);
