@@ -141,14 +141,27 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(check.status, 0, "check after a clean unmount: \(check.output) \(check.error)")
     }
 
+    /// `containerfs mount -f` on the test's store: the caller stops it, and kills it with
+    /// `killIfRunning` in every outcome.
+    private func foregroundDaemon() throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: MountedStore.executable)
+        process.arguments = ["mount", "-f", storePath, mountPoint]
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    private func killIfRunning(_ process: Process) {
+        guard process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
     func testSignalsStopTheDaemonCleanly() throws {
         for signal in [SIGTERM, SIGINT] {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: MountedStore.executable)
-            process.arguments = ["mount", "-f", storePath, mountPoint]
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
+            let process = try foregroundDaemon()
+            defer { killIfRunning(process) }
             XCTAssertTrue(waitUntil { isMounted })
             XCTAssertTrue(FileManager.default.createFile(atPath: mountPoint + "/com.example.notes/tmp/scratch", contents: Data("x".utf8)))
             kill(process.processIdentifier, signal)
@@ -165,12 +178,8 @@ final class MountCommandTests: XCTestCase {
     /// project's own: libfuse's cancels its threads, CFuse.c). Signals during requests are
     /// `testSignalsStopTheDaemonCleanly`'s.
     func testASignalStopsEveryThreadABurstOfRequestsLeft() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: MountedStore.executable)
-        process.arguments = ["mount", "-f", storePath, mountPoint]
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
+        let process = try foregroundDaemon()
+        defer { killIfRunning(process) }
         XCTAssertTrue(waitUntil { isMounted })
         let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
         let tasks = "/proc/\(process.processIdentifier)/task"
