@@ -57,7 +57,7 @@ struct cfuse_worker {
 struct cfuse_loop {
     struct fuse_session *se;
     pthread_mutex_t lock;
-    /// Posted by each worker that leaves when the session exits.
+    /// Posted by each worker that leaves.
     sem_t finish;
     /// Every thread not joined yet, and counts of those in their loop and of those waiting for a
     /// request. Under `lock`.
@@ -100,15 +100,11 @@ static void *cfuse_work(void *argument) {
         pthread_mutex_lock(&loop->lock);
         worker->idle = 1;
         if (!forget) loop->waiting++;
-        int leave = loop->waiting > loop->max_idle && loop->running > 1 && !fuse_session_exited(loop->se);
-        if (leave) {
-            loop->waiting--;
-            loop->running--;
-            worker->done = 1;
-        }
+        int idle = loop->waiting > loop->max_idle && loop->running > 1;
         pthread_mutex_unlock(&loop->lock);
-        if (leave) return NULL;
+        if (idle) break;
     }
+    // Leaving, as one too many waiting or because the session exited: the loop's wait hears of it.
     pthread_mutex_lock(&loop->lock);
     loop->waiting--;
     loop->running--;
