@@ -684,6 +684,7 @@ def main():
     parser.add_argument("--passthrough-hp", required=True)
     parser.add_argument("--libfuse-version", default="", help="what passthrough_hp was built from")
     parser.add_argument("--work", required=True, help="scratch directory (on the disk being measured)")
+    parser.add_argument("--scratch", default="", help="what the scratch disk is, for the report")
     parser.add_argument("--results", required=True, help="where latest.md and latest.json go")
     parser.add_argument("--command", default="bench/run.sh", help="the command shown in the report")
     arguments = parser.parse_args()
@@ -854,7 +855,9 @@ def main():
     header = (
         f"ContainerFS benchmark, {finished:%Y-%m-%d %H:%M} UTC, `{arguments.command}` "
         f"({reps} repetitions, medians; {os.cpu_count()} CPUs, kernel {platform.release()}, "
-        f"backing filesystem {filesystem_type(work)}; caches dropped: {'yes' if CAN_DROP else 'no (not root)'}).\n"
+        f"backing filesystem {filesystem_type(work)}"
+        + (f", {arguments.scratch}" if arguments.scratch else "")
+        + f"; caches dropped: {'yes' if CAN_DROP else 'no (not root)'}).\n"
         "Lower is better everywhere; a ratio above 1 means ContainerFS costs more. "
         "fio cells are the time fio measured for the I/O alone (size / bandwidth, operations / IOPS; "
         "without opening the file or the final fsync), with fio's rate in brackets; "
@@ -896,7 +899,8 @@ def main():
             "finished": finished.isoformat(timespec="seconds"),
             "command": arguments.command,
             "host": {"cpus": os.cpu_count(), "kernel": platform.release(),
-                     "memory_kib": meminfo_total(), "filesystem": filesystem_type(work)},
+                     "memory_kib": meminfo_total(), "filesystem": filesystem_type(work),
+                     "scratch": arguments.scratch},
             "caches_dropped": CAN_DROP,
             "descriptor_limit": descriptor_limit,
             "failures": results.failures,

@@ -56,21 +56,23 @@ if [ ! -x "$hp" ]; then
 fi
 libfuse_version="libfuse $(git -C "$hp_source" describe --tags --always 2>/dev/null || echo unknown)"
 
-# Scratch space on the disk being measured (not tmpfs); BENCH_DIR picks another place.
-parent="${BENCH_DIR:-/tmp}"
-work="$(mktemp -d "$parent/containerfs-bench.XXXXXX")"
-
+# Scratch space: by default a fresh ext4 (mkfs's defaults: a journal) in an image on the host's disk,
+# behind a loop device with direct I/O, so that every run starts from the same filesystem whatever
+# the host has. ext4 without a journal (this project's VMs) scans the inodes freed in the last 30 s at
+# every inode it allocates: whoever created files after another column's deletions paid up to 20x.
+# BENCH_DIR measures a directory of the host's instead (not tmpfs).
+image="" loop="" disk="" work=""
 cleanup() {
   status=$?
   trap - EXIT INT TERM
-  if [ -f "$work/started.mounts" ]; then
+  if [ -n "$work" ] && [ -f "$work/started.mounts" ]; then
     while read -r mount_point; do
       if mountpoint -q "$mount_point" 2>/dev/null; then
         fusermount3 -u "$mount_point" 2>/dev/null || fusermount3 -uz "$mount_point" 2>/dev/null || true
       fi
     done < "$work/started.mounts"
   fi
-  if [ -f "$work/started.pids" ]; then
+  if [ -n "$work" ] && [ -f "$work/started.pids" ]; then
     while read -r pid; do
       # Only our daemons: the pid may have been reused after they exited.
       if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF "$work"; then
@@ -78,10 +80,17 @@ cleanup() {
       fi
     done < "$work/started.pids"
   fi
-  if [ -n "${BENCH_KEEP:-}" ]; then
-    echo "bench: scratch directory kept at $work" >&2
+  if [ -n "${BENCH_KEEP:-}" ] && [ -n "$work" ]; then
+    echo "bench: scratch directory kept at $work${image:+ (in $image, mounted at $disk)}" >&2
   else
-    rm -rf "$work"
+    [ -n "$work" ] && rm -rf "$work"
+    if [ -n "$disk" ]; then
+      # The daemons may take a moment to let go of the disk.
+      for _ in 1 2 3 4 5 6 7 8 9 10; do $sudo umount "$disk" 2>/dev/null && break; sleep 1; done
+      mountpoint -q "$disk" && echo "bench: could not unmount $disk" >&2 || rmdir "$disk"
+    fi
+    [ -n "$loop" ] && { $sudo losetup -d "$loop" || echo "bench: could not detach $loop" >&2; }
+    [ -n "$image" ] && rm -f "$image"
   fi
   exit "$status"
 }
@@ -89,6 +98,21 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+if [ -n "${BENCH_DIR:-}" ]; then
+  work="$(mktemp -d "$BENCH_DIR/containerfs-bench.XXXXXX")"
+  scratch="a directory of the host: $BENCH_DIR"
+else
+  image="$(mktemp "${BENCH_IMAGE_DIR:-/var/tmp}/containerfs-bench.XXXXXX.img")"
+  truncate -s "${BENCH_DISK_SIZE:-16G}" "$image"
+  mkfs.ext4 -q -F "$image"
+  loop="$($sudo losetup --find --show --direct-io=on "$image")"
+  disk="$(mktemp -d /tmp/containerfs-bench-disk.XXXXXX)"
+  $sudo mount "$loop" "$disk"
+  work="$disk/work"
+  mkdir "$work"
+  scratch="a fresh ext4 made for the run in a ${BENCH_DISK_SIZE:-16G} image on the host's $(findmnt -no FSTYPE -T "$image"), through a loop device with direct I/O"
+fi
+
 python3 "$bench/bench.py" --containerfs "$containerfs" --passthrough "$bench/build/passthrough_ll" \
   --passthrough-hp "$hp" --libfuse-version "$libfuse_version" \
-  --work "$work" --results "${BENCH_RESULTS:-$bench/results}" --command "bench/run.sh"
+  --work "$work" --scratch "$scratch" --results "${BENCH_RESULTS:-$bench/results}" --command "bench/run.sh"
