@@ -270,6 +270,36 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testSparesAreMadeByNameWhereTheFilesystemHasNoUnnamedFiles() throws {
+        // Spares are made unnamed (O_TMPFILE) and then linked; a filesystem without unnamed files
+        // (the kernel's EOPNOTSUPP) gets them made by name in the shadow directory instead.
+        let directory = mounted.store.workPath + "/shadows/\(try XCTUnwrap(mounted.daemonPID))"
+        func spares() -> Set<String> {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            return Set(names.filter { name in
+                var attributes = stat()
+                return name.hasPrefix("shadow-") && lstat(directory + "/" + name, &attributes) == 0
+                    && attributes.st_mode & S_IFMT == S_IFREG && attributes.st_size == 0 && attributes.st_nlink == 1
+            })
+        }
+        let before = spares()
+        var made = Set<String>()
+        // Only the unnamed files' opens name "." (strace matches the path as given).
+        try mounted.failing("openat", with: "EOPNOTSUPP", on: ".") {
+            sh("for n in $(seq 1 12); do echo $n > Documents/unnamed-$n; done")
+            let deadline = Date().addingTimeInterval(10)
+            repeat {
+                made = spares().subtracting(before)
+                if !made.isEmpty { break }
+                usleep(50_000)
+            } while Date() < deadline
+        }
+        XCTAssertFalse(made.isEmpty, "spares made by name while unnamed files fail")
+        XCTAssertEqual(sh("cat Documents/unnamed-1 Documents/unnamed-12; stat -c %h Documents/unnamed-12"), "1\n12\n1\n")
+        sh("echo again > Documents/unnamed-1; touch Documents/after")
+        XCTAssertEqual(sh("cat Documents/unnamed-1; stat -c '%s %h' Documents/after"), "again\n0 1\n")
+    }
+
     func testPreviousVersionsAreRemovedAfterTheirPublish() throws {
         // A publish swaps the shadow in and unlinks the previous version off the request path.
         sh("for n in $(seq 1 40); do head -c 100000 /dev/urandom > Documents/versions; done")
