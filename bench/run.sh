@@ -86,8 +86,11 @@ cleanup() {
     [ -n "$work" ] && rm -rf "$work"
     if [ -n "$disk" ]; then
       # The daemons may take a moment to let go of the disk.
-      for _ in 1 2 3 4 5 6 7 8 9 10; do $sudo umount "$disk" 2>/dev/null && break; sleep 1; done
-      mountpoint -q "$disk" && echo "bench: could not unmount $disk" >&2 || rmdir "$disk"
+      for _ in 1 2 3 4 5 6 7 8 9 10; do
+        mountpoint -q "$disk" || break
+        $sudo umount "$disk" 2>/dev/null || sleep 1
+      done
+      if mountpoint -q "$disk"; then echo "bench: could not unmount $disk" >&2; else rmdir "$disk"; fi
     fi
     [ -n "$loop" ] && { $sudo losetup -d "$loop" || echo "bench: could not detach $loop" >&2; }
     [ -n "$image" ] && rm -f "$image"
@@ -105,7 +108,10 @@ else
   image="$(mktemp "${BENCH_IMAGE_DIR:-/var/tmp}/containerfs-bench.XXXXXX.img")"
   truncate -s "${BENCH_DISK_SIZE:-16G}" "$image"
   mkfs.ext4 -q -F "$image"
-  loop="$($sudo losetup --find --show --direct-io=on "$image")"
+  loop="$($sudo losetup --find --show --direct-io=on "$image")" || {
+    echo "bench: cannot attach a loop device for the scratch disk; BENCH_DIR=DIR measures a directory of the host instead" >&2
+    exit 1
+  }
   disk="$(mktemp -d /tmp/containerfs-bench-disk.XXXXXX)"
   $sudo mount "$loop" "$disk"
   work="$disk/work"

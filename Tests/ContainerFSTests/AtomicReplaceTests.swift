@@ -285,7 +285,7 @@ final class AtomicReplaceTests: MountedTestCase {
         let before = spares()
         var made = Set<String>()
         // Only the unnamed files' opens name "." (strace matches the path as given).
-        try mounted.failing("openat", with: "EOPNOTSUPP", on: ".") {
+        let failed = try mounted.failed("openat", with: "EOPNOTSUPP", on: ".") {
             sh("for n in $(seq 1 12); do echo $n > Documents/unnamed-$n; done")
             let deadline = Date().addingTimeInterval(10)
             repeat {
@@ -294,6 +294,7 @@ final class AtomicReplaceTests: MountedTestCase {
                 usleep(50_000)
             } while Date() < deadline
         }
+        XCTAssertTrue(failed.contains { $0.contains("O_TMPFILE") }, "the daemon's unnamed files failed: \(failed)")
         XCTAssertFalse(made.isEmpty, "spares made by name while unnamed files fail")
         XCTAssertEqual(sh("cat Documents/unnamed-1 Documents/unnamed-12; stat -c %h Documents/unnamed-12"), "1\n12\n1\n")
         sh("echo again > Documents/unnamed-1; touch Documents/after")

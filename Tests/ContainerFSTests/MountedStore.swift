@@ -89,11 +89,23 @@ final class MountedStore {
     /// The calls of `syscalls` (strace's list) the daemon makes while `body` runs, in the order
     /// they began, as strace shows them.
     func calls(_ syscalls: String, _ body: () throws -> Void) throws -> [String] {
+        try logged(syscalls, [], body).filter { line in
+            !line.contains("resumed>") && syscalls.split(separator: ",").contains { line.contains($0 + "(") }
+        }
+    }
+
+    /// Runs `body` as `failing(_:with:on:_:)` does, and returns the calls that failed so, as strace
+    /// shows them: a test can tell that the failure it meant happened.
+    func failed(_ syscall: String, with error: String, on path: String, _ body: () throws -> Void) throws -> [String] {
+        try logged(syscall, ["-P", path, "-e", "inject=\(syscall):error=\(error)"], body).filter { $0.contains("(INJECTED)") }
+    }
+
+    /// The lines strace writes while it traces `syscalls` with `arguments` and `body` runs.
+    private func logged(_ syscalls: String, _ arguments: [String], _ body: () throws -> Void) throws -> [String] {
         let log = root.appendingPathComponent("strace-\(UUID().uuidString)").path
-        try tracing(syscalls, ["-o", log], body)
+        try tracing(syscalls, arguments + ["-o", log], body)
         defer { try? FileManager.default.removeItem(atPath: log) }
-        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
-        return lines.filter { line in !line.contains("resumed>") && syscalls.split(separator: ",").contains { line.contains($0 + "(") } }
+        return ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
     /// Runs `body` while strace, with `arguments`, traces `syscall` in every thread of the daemon.
