@@ -571,6 +571,31 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil({ !daemon.isRunning }, seconds: 2), "the daemon exited")
     }
 
+    /// A daemon that does not answer (stopped here; hung alike) is unmounted all the same: unmount
+    /// asks who serves the mount in a child it kills after 2 s, which held the mount busy while it
+    /// waited, and it hung for as long as the daemon did.
+    func testUnmountDoesNotWaitForADaemonThatDoesNotAnswer() throws {
+        // Named once: `mountPoint` is made by URL, which looks at the path, and so asks the daemon.
+        let point = mountPoint
+        func mounted() -> Bool { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ") }
+        let daemon = try foregroundDaemon()
+        defer {
+            kill(daemon.processIdentifier, SIGCONT)
+            if mounted() { _ = Shell.run("fusermount3 -u \(Shell.quote(point))") }
+            if !waitUntil({ !daemon.isRunning }, seconds: 30) { killIfRunning(daemon) }
+        }
+        XCTAssertTrue(waitUntil { mounted() }, "mounted")
+        kill(daemon.processIdentifier, SIGSTOP)
+        let unmount = Shell.run("timeout -s KILL 20 \(Shell.quote(MountedStore.executable)) unmount \(Shell.quote(point))")
+        let unmounted = !mounted()
+        kill(daemon.processIdentifier, SIGCONT)
+        XCTAssertEqual(unmount.status, 0, unmount.error)
+        XCTAssertTrue(unmount.error.contains("did not answer within 2 s"), unmount.error)
+        XCTAssertTrue(unmounted)
+        guard waitUntil({ !daemon.isRunning }, seconds: 30) else { return XCTFail("the daemon, let go on, did not exit") }
+        XCTAssertEqual(daemon.terminationStatus, 0)
+    }
+
     /// A writer's failed write spoils its version, not the next one: a truncating open starts a
     /// new version, which its own close publishes (it was discarded, and its close failed, with
     /// the first writer's error).

@@ -172,10 +172,17 @@ struct Unmount: ParsableCommand {
     @Flag(name: [.customShort("z"), .long], help: "Detach now even if busy; cleanup happens when it is no longer used.")
     var lazy = false
 
+    /// Prints the pid of the daemon serving the mount point (what `daemonAnswering` asks a child for).
+    @Flag(help: .hidden) var printDaemon = false
+
     @Argument(help: "The mount point.") var mountPoint: String
 
     func run() throws {
-        let daemon = lazy ? nil : Self.daemon(serving: mountPoint)
+        if printDaemon {
+            if let daemon = Self.daemon(serving: mountPoint) { print(daemon) }
+            return
+        }
+        let daemon = lazy ? nil : try Self.daemonAnswering(for: mountPoint)
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
@@ -198,6 +205,35 @@ struct Unmount: ParsableCommand {
         }
         FileHandle.standardError.write(Data(message.utf8))
         throw ContainerError("could not unmount \(mountPoint) (see fusermount3's message above). If it is busy, close what uses it (`fuser -vm \(mountPoint)` lists them), or use --lazy.")
+    }
+
+    /// The daemon serving `mountPoint`, asked by a child process: the question is a request to the
+    /// daemon (an extended attribute of the mount's root), which a stopped or hung daemon never
+    /// answers, and a process waiting for it keeps the mount busy until killed. Nil, said on
+    /// standard error, when no answer comes within `seconds`: the unmount goes on without waiting
+    /// for the daemon.
+    private static func daemonAnswering(for mountPoint: String, within seconds: Double = 2) throws -> pid_t? {
+        let asking = Process()
+        asking.executableURL = URL(fileURLWithPath: try BackgroundLauncher.executablePath())
+        asking.arguments = ["unmount", "--print-daemon", mountPoint]
+        let answer = Pipe()
+        asking.standardOutput = answer
+        asking.standardError = FileHandle.nullDevice
+        try asking.run()
+        let deadline = Date().addingTimeInterval(seconds)
+        while asking.isRunning, Date() < deadline { usleep(5_000) }
+        if asking.isRunning {
+            // A fatal signal is the one that ends a wait for a FUSE answer.
+            kill(asking.processIdentifier, SIGKILL)
+            asking.waitUntilExit()
+            FileHandle.standardError.write(Data("""
+                containerfs: the daemon serving \(mountPoint) did not answer within \(Int(seconds)) s (stopped or hung); \
+                unmounting without waiting for it.\n
+                """.utf8))
+            return nil
+        }
+        let output = answer.fileHandleForReading.readDataToEndOfFile()
+        return pid_t(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// The daemon serving `mountPoint`, as the kernel names it to its control socket's callers;
@@ -265,7 +301,7 @@ enum BackgroundLauncher {
         Foundation.exit(status & 0x7f == 0 ? max((status >> 8) & 0xff, 1) : 1)
     }
 
-    private static func executablePath() throws -> String {
+    static func executablePath() throws -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let length = readlink("/proc/self/exe", &buffer, Int(PATH_MAX))
         guard length > 0 else { throw ContainerError("cannot find my own executable in /proc/self/exe") }
