@@ -7,8 +7,10 @@ import XCTest
 /// something is wrong.
 final class MountCommandTests: XCTestCase {
     private var scratch: URL!
-    private var mountPoint: String { scratch.appendingPathComponent("mnt").path }
-    private var storePath: String { scratch.appendingPathComponent("store").path }
+    // Joined as strings: a URL looks at the path it names, which under a mount asks the daemon
+    // (and hangs while the daemon is stopped).
+    private var mountPoint: String { scratch.path + "/mnt" }
+    private var storePath: String { scratch.path + "/store" }
 
     override func setUpWithError() throws {
         scratch = FileManager.default.temporaryDirectory.appendingPathComponent("containerfs-cli-\(UUID().uuidString)")
@@ -575,19 +577,16 @@ final class MountCommandTests: XCTestCase {
     /// asks who serves the mount in a child it kills after 2 s, which held the mount busy while it
     /// waited, and it hung for as long as the daemon did.
     func testUnmountDoesNotWaitForADaemonThatDoesNotAnswer() throws {
-        // Named once: `mountPoint` is made by URL, which looks at the path, and so asks the daemon.
-        let point = mountPoint
-        func mounted() -> Bool { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ") }
         let daemon = try foregroundDaemon()
         defer {
             kill(daemon.processIdentifier, SIGCONT)
-            if mounted() { _ = Shell.run("fusermount3 -u \(Shell.quote(point))") }
+            if isMounted { _ = Shell.run("fusermount3 -u \(Shell.quote(mountPoint))") }
             if !waitUntil({ !daemon.isRunning }, seconds: 30) { killIfRunning(daemon) }
         }
-        XCTAssertTrue(waitUntil { mounted() }, "mounted")
+        XCTAssertTrue(waitUntil { isMounted }, "mounted")
         kill(daemon.processIdentifier, SIGSTOP)
-        let unmount = Shell.run("timeout -s KILL 20 \(Shell.quote(MountedStore.executable)) unmount \(Shell.quote(point))")
-        let unmounted = !mounted()
+        let unmount = Shell.run("timeout -s KILL 20 \(Shell.quote(MountedStore.executable)) unmount \(Shell.quote(mountPoint))")
+        let unmounted = !isMounted
         kill(daemon.processIdentifier, SIGCONT)
         XCTAssertEqual(unmount.status, 0, unmount.error)
         XCTAssertTrue(unmount.error.contains("did not answer within 2 s"), unmount.error)
