@@ -855,8 +855,7 @@ final class Shadows: @unchecked Sendable {
     /// (`publishLater`). `leased`: the caller took a write lease on the file, which this gives back.
     private func publishLog(_ session: WriteSession, leased: Bool, durably: Bool) -> Int32 {
         guard let log = session.log else { return 0 }
-        var leased = leased
-        defer { if leased { clinux_set_lease(log.original, 0) } }
+        // On a failure the lease goes with the file, which the publish's `discard` closes.
         guard let key = Backing.key(of: log.original) else { return errno }
         let (records, _, readError) = DeltaLog.records(of: session.shadow)
         guard readError == 0 else { return readError }
@@ -883,7 +882,6 @@ final class Shadows: @unchecked Sendable {
                                      committed: !later)
         if later {
             if publishLater(published) {
-                leased = false
                 session.log = nil
                 session.shadow = -1
                 session.shadowName = []
@@ -899,10 +897,7 @@ final class Shadows: @unchecked Sendable {
         // tried once more, then leaves the log and its link, which unmount and the next mount apply.
         error = apply(records, of: logFile, to: file)
         // Opens that waited for the lease see the change whole.
-        if leased {
-            leased = false
-            if clinux_set_lease(file, 0) != 0, error == 0 { error = errno }
-        }
+        if leased, clinux_set_lease(file, 0) != 0, error == 0 { error = errno }
         guard error == 0 else {
             session.shadowName = []
             return error
@@ -912,14 +907,15 @@ final class Shadows: @unchecked Sendable {
         // this publish's turn (`RenameCommits`).
         if !renameCommits.needed, unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: key) {
             // The retirement holds the file and the log now.
-            session.log = nil
         } else {
             error = finish(published)
             guard error == 0 else {
                 session.shadowName = []
                 return error
             }
+            // Retired: the file is closed, and the log goes with `drop`.
         }
+        session.log = nil
         session.shadow = -1
         session.shadowName = []
         return 0
@@ -952,7 +948,7 @@ final class Shadows: @unchecked Sendable {
                 let error = syncLog(published.log)
                 guard error == 0 else {
                     dropTarget(published.target, of: published.key)
-                    clinux_set_lease(published.file, 0)
+                    // Its close gives the lease back.
                     close(published.file)
                     drop(published)
                     step = .done
@@ -963,9 +959,11 @@ final class Shadows: @unchecked Sendable {
             if step == .apply {
                 let error = apply(published.records, of: published.log, to: published.file)
                 // Given back even when the apply failed: opens go on, as after the failure of a
-                // close's apply (the next step applies the log again).
-                clinux_set_lease(published.file, 0)
+                // close's apply (the next step applies the log again, and so it does when the
+                // lease could not be given back: the next try gives it back).
+                let released = clinux_set_lease(published.file, 0) == 0 ? 0 : errno
                 guard error == 0 else { return error }
+                guard released == 0 else { return released }
                 step = .retire
             }
             if step == .retire {
