@@ -231,7 +231,9 @@ public final class VersionKeeper: @unchecked Sendable {
     /// way. Its directory is reached as the store made it, never through a link planted there.
     private func remove(_ removal: VersionRetention.Removal) {
         for version in removal.versions {
-            guard let directory = try? store.open(version.directory) else { continue }
+            // The directory of a file being rewritten is open already: the keep just linked into it.
+            let known = state.withLock { $0.directories.values.first { $0.path == version.directory }?.handle }
+            guard let directory = known ?? (try? store.open(version.directory)) else { continue }
             if !recycle(version.name, directory.fd) { unlinkat(directory.fd, version.name, 0) }
         }
         for directory in removal.emptiedDirectories {
