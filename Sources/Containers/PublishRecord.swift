@@ -19,24 +19,24 @@ public struct PublishRecord: Equatable, Sendable {
     /// is its mark with the same suffix (`fresh-N.SIZE.CRC`).
     public static let replacedPrefix = "record-"
 
-    /// The record of the file open for reading as `descriptor`, of `size` bytes: read from its start
-    /// to its end; or the errno of a read that failed (EAGAIN if it is not `size` bytes long).
+    /// The record of the file open for reading as `descriptor`, whose size `fstat` said is `size`
+    /// bytes: its first `size` bytes, read without a read that finds the end (a publish holds the
+    /// file still); or the errno of a read that failed (EAGAIN if it ends sooner).
     public static func of(_ descriptor: Int32, size: UInt64) -> (PublishRecord?, Int32) {
         var checksum: UInt32 = 0
         let error = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 65536) { buffer -> Int32 in
             var offset: UInt64 = 0
-            while true {
-                let count = pread(descriptor, buffer.baseAddress, buffer.count, off_t(offset))
+            while offset < size {
+                let count = pread(descriptor, buffer.baseAddress, min(buffer.count, Int(clamping: size - offset)), off_t(offset))
                 if count < 0 {
                     if errno == EINTR { continue }
                     return errno
                 }
-                if count == 0 { break }
+                if count == 0 { return EAGAIN }
                 checksum = clinux_crc32c(checksum, buffer.baseAddress, count)
                 offset += UInt64(count)
-                if offset > size { break }
             }
-            return offset == size ? 0 : EAGAIN
+            return 0
         }
         return error == 0 ? (PublishRecord(size: size, checksum: checksum), 0) : (nil, error)
     }
