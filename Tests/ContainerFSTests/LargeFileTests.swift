@@ -1,4 +1,5 @@
 import Containers
+@testable import ContainerFS
 import Foundation
 import Glibc
 import XCTest
@@ -438,5 +439,26 @@ extension LargeFileTests {
         XCTAssertEqual(sh(read), previous)
         try mounted.remount()
         XCTAssertEqual(sh(read), previous)
+    }
+}
+
+extension LargeFileTests {
+    /// A close whose logged change it must retire itself (as many retirements as wait at most
+    /// are stuck already, each on a removal that failed) closes the file once. It closed it twice:
+    /// the second close took whatever another thread had opened under that number meanwhile.
+    func testACloseThatRetiresItsOwnChangeClosesTheFileOnce() throws {
+        let stuck = UnsyncedPublishes.retiringLimit
+        sh("mkdir Documents/many && for i in $(seq 0 \(stuck)); do truncate -s 2M Documents/many/f$i; done")
+        func change(_ index: Int) {
+            syscall("f = os.open('Documents/many/f\(index)', os.O_WRONLY); os.pwrite(f, b'CHANGED', 100); os.close(f)", errno: 0)
+        }
+        let shadows = mounted.store.workPath + "/shadows/\(try XCTUnwrap(mounted.daemonPID))"
+        let failed = try mounted.failed("unlinkat", with: "EIO", on: shadows) {
+            for index in 0..<stuck { change(index) }
+        }
+        XCTAssertGreaterThanOrEqual(failed.count, stuck, "each retirement was to fail at its removal")
+        let failures = try mounted.failures("close") { change(stuck) }
+        XCTAssertEqual(failures.filter { $0.contains("EBADF") }, [], "a descriptor closed twice")
+        XCTAssertEqual(sh("dd if=Documents/many/f\(stuck) bs=1 skip=100 count=7 status=none"), "CHANGED")
     }
 }

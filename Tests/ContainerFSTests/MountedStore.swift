@@ -94,6 +94,12 @@ final class MountedStore {
         }
     }
 
+    /// The calls of `syscalls` (strace's list) the daemon makes while `body` runs that fail, as
+    /// strace shows them.
+    func failures(_ syscalls: String, _ body: () throws -> Void) throws -> [String] {
+        try logged(syscalls, ["-Z"], body)
+    }
+
     /// Runs `body` as `failing(_:with:on:_:)` does, and returns the calls that failed so, as strace
     /// shows them: a test can tell that the failure it meant happened.
     func failed(_ syscall: String, with error: String, on path: String, _ body: () throws -> Void) throws -> [String] {
