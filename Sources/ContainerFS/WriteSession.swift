@@ -743,9 +743,14 @@ final class Shadows: @unchecked Sendable {
             discard(empty)
             return false
         }
-        // The copy's former name leads to what was written; the mark is a link too many.
-        unlinkat(directory, session.shadowName, 0)
-        if let key = session.markKey { unsynced.unlinked(key) }
+        // The copy's former name leads to what was written; the mark is a link too many. One that
+        // cannot go would have the next mount empty the file once it is published: nothing of the
+        // session is (its close reports the error), and the mark leads to a discarded shadow.
+        if unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT {
+            if let key = session.markKey { unsynced.unlinked(key) }
+        } else {
+            fail(session, with: errno)
+        }
         session.shadowName = empty.shadowName
         session.fresh = false
         session.markKey = nil
@@ -768,9 +773,12 @@ final class Shadows: @unchecked Sendable {
         }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty {
-            unlinkat(directory, session.shadowName, 0)
-            // Emptied, a new file is its published version: its mark says nothing more.
-            if session.fresh, let key = session.markKey { unsynced.unlinked(key) }
+            // Emptied, a new file is its published version: its mark says nothing more. One that
+            // cannot go is still a link the daemon made (`MarkTable`), and the next mount empties
+            // the file again.
+            if unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT, session.fresh, let key = session.markKey {
+                unsynced.unlinked(key)
+            }
         }
         if let log = session.log { close(log.original) }
         session.log = nil

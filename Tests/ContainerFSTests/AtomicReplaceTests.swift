@@ -474,6 +474,50 @@ extension AtomicReplaceTests {
         XCTAssertEqual(sh("stat -c %s Documents/second.txt"), "0\n")
     }
 
+    /// A new file its creator writes in place has a mark, which says that after a crash its
+    /// content is the empty file; someone else's open turns what was written into a shadow, and the
+    /// mark goes. When the mark cannot go (a disk failing), the creator's close reports it and
+    /// publishes nothing: the mark left would have the next mount empty a file whose close had said
+    /// it was written.
+    func testANewFileWhoseMarkCannotGoWhenAnotherOpensItReportsItAtClose() throws {
+        let folder = home + "/Documents"
+        let result = mounted.root.appendingPathComponent("close-result").path
+        let creator = Process()
+        creator.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        creator.arguments = ["-c", """
+            import os, time
+            f = os.open('new.txt', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.write(f, b'first, ')
+            open('ready', 'w').close()
+            while not os.path.exists('go'): time.sleep(0.01)
+            os.write(f, b'second')
+            try:
+                os.close(f)
+                outcome = 0
+            except OSError as error:
+                outcome = error.errno
+            open('\(result)', 'w').write(str(outcome))
+            """]
+        creator.currentDirectoryURL = URL(fileURLWithPath: folder)
+        try creator.run()
+        defer { if creator.isRunning { creator.terminate() } }
+        let ready = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: folder + "/ready"), Date() < ready { usleep(10_000) }
+        let failed = try mounted.failed("unlinkat", with: "EIO", on: try XCTUnwrap(mounted.shadowDirectory)) {
+            XCTAssertEqual(sh("cat Documents/new.txt"), "", "others see the empty version")
+        }
+        XCTAssertFalse(failed.isEmpty, "the mark's removal was to fail")
+        sh("touch Documents/go")
+        creator.waitUntilExit()
+        let closed = try String(contentsOfFile: result, encoding: .utf8)
+        XCTAssertEqual(closed, String(EIO), "the creator's close reports what went wrong")
+        mounted.crashDaemon()
+        try mounted.remount()
+        let content = sh("cat Documents/new.txt")
+        if closed == "0" { XCTAssertEqual(content, "first, second", "a close that succeeded lost its data in a crash") }
+        XCTAssertEqual(content, "", "the file has its published version, the empty one")
+    }
+
     /// A rename or a link of a file whose publish waits for its data waits for it first; when the
     /// data cannot be written (a disk failing), the rename and the link report it and change no
     /// name, and the file keeps its place and content.

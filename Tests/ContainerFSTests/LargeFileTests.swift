@@ -452,8 +452,7 @@ extension LargeFileTests {
         func change(_ index: Int) {
             syscall("f = os.open('Documents/many/f\(index)', os.O_WRONLY); os.pwrite(f, b'CHANGED', 100); os.close(f)", errno: 0)
         }
-        let shadows = mounted.store.workPath + "/shadows/\(try XCTUnwrap(mounted.daemonPID))"
-        let failed = try mounted.failed("unlinkat", with: "EIO", on: shadows) {
+        let failed = try mounted.failed("unlinkat", with: "EIO", on: try XCTUnwrap(mounted.shadowDirectory)) {
             for index in 0..<stuck { change(index) }
         }
         XCTAssertGreaterThanOrEqual(failed.count, stuck, "each retirement was to fail at its removal")

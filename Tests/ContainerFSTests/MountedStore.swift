@@ -52,6 +52,8 @@ final class MountedStore {
 
     /// The running daemon's process id.
     var daemonPID: pid_t? { daemon?.processIdentifier }
+    /// The daemon's own directory of shadows, marks and records (STORE/work/shadows/PID).
+    var shadowDirectory: String? { daemonPID.map { store.workPath + "/shadows/\($0)" } }
     var daemonIsRunning: Bool { daemon?.isRunning == true }
 
     /// Runs `body` while every call of `syscall` by the daemon fails with `error` (an errno name):
