@@ -60,35 +60,41 @@ final class UnsyncedPublish: Sendable {
     let previous: [CChar]?
     /// Where the previous version is kept, when versions are kept.
     let versionPlace: ItemPath?
-    /// The version, open (owned until the data is written), and then the outcome: 0 or an errno.
-    private let state: Locked<(file: Int32, outcome: Int32?)>
+    /// The version, open (owned until its data is written); the outcome of that write, 0 or an
+    /// errno; and whether what follows it is done.
+    private let state: Locked<(file: Int32, written: Int32?, done: Bool)>
 
     init(key: BackingKey, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
         self.key = key
         self.record = record
         self.previous = previous
         self.versionPlace = versionPlace
-        state = Locked((file, nil))
+        state = Locked((file, nil, false))
     }
 
     /// Starts the writes of the data without waiting, so that a batch's writes go out together.
     func startWriting() {
         state.withLock { state in
-            if state.outcome == nil { clinux_start_writing_data(state.file) }
+            if state.written == nil { clinux_start_writing_data(state.file) }
         }
     }
 
-    /// Waits for the data (once, whoever asks first), then does `afterwards` with it written.
-    /// Returns 0 or the errno of the wait or of `afterwards`.
+    /// Waits for the data (once, whoever asks first), then does `afterwards` with it written, until
+    /// it succeeds: the record it removes must not outlive a change in place. Returns 0, the errno
+    /// of the data's write (for good: the record then brings the previous version back at the
+    /// next mount), or that of `afterwards` (tried again by the next call).
     func finish(_ afterwards: (UnsyncedPublish) -> Int32) -> Int32 {
         state.withLock { state in
-            if let outcome = state.outcome { return outcome }
-            var outcome = clinux_write_data_and_wait(state.file) == 0 ? 0 : errno
-            close(state.file)
-            state.file = -1
-            if outcome == 0 { outcome = afterwards(self) }
-            state.outcome = outcome
-            return outcome
+            if state.done { return 0 }
+            if state.written == nil {
+                state.written = clinux_write_data_and_wait(state.file) == 0 ? 0 : errno
+                close(state.file)
+                state.file = -1
+            }
+            if let error = state.written, error != 0 { return error }
+            let error = afterwards(self)
+            state.done = error == 0
+            return error
         }
     }
 }
@@ -338,10 +344,15 @@ final class UnsyncedPublishes: @unchecked Sendable {
             }
             return 0
         }
-        waiting.withLock { waiting in
-            if waiting.jobs[publish.key] === publish { waiting.jobs[publish.key] = nil }
+        // One that failed stays, so that whoever must wait for it (a change in place, a rename, a
+        // link, a sync of the file) hears of it, or tries it again.
+        if error == 0 {
+            waiting.withLock { waiting in
+                if waiting.jobs[publish.key] === publish { waiting.jobs[publish.key] = nil }
+            }
+        } else {
+            failed.store(true, ordering: .relaxed)
         }
-        if error != 0 { failed.store(true, ordering: .relaxed) }
         return error
     }
 }

@@ -518,6 +518,44 @@ extension AtomicReplaceTests {
         XCTAssertEqual(content, "", "the file has its published version, the empty one")
     }
 
+    /// A record that could not go still makes the next mount put the previous version back over a
+    /// file that does not read as recorded, so a change in place (a database's fsync'd commit)
+    /// removes it first, or fails. The failed removal was forgotten: the change went ahead, and a
+    /// crash after its fsync brought the previous version back.
+    func testAChangeInPlaceAfterARecordCouldNotGoRemovesItFirst() throws {
+        sh("echo v1 > Documents/f.txt")
+        usleep(300_000)
+        let failed = try mounted.failed("unlinkat", with: "EIO", on: try XCTUnwrap(mounted.shadowDirectory)) {
+            sh("echo v2 > Documents/f.txt")
+            // The background writes the data, then fails to remove the record.
+            usleep(1_000_000)
+        }
+        XCTAssertTrue(failed.contains { $0.contains("record-") }, "the record's removal was to fail: \(failed)")
+        syscall("f = os.open('Documents/f.txt', os.O_RDWR); os.pwrite(f, b'v3 in place', 0); os.fsync(f); os.close(f)", errno: 0)
+        mounted.crashDaemon()
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/f.txt"), "v3 in place", "the fsync'd change survives the crash")
+    }
+
+    /// The same when the record stays because the version's data could not be written: the next
+    /// mount will put the previous version back, so a change in place is refused with the error
+    /// rather than made and lost.
+    func testAChangeInPlaceAfterAVersionsDataCouldNotBeWrittenIsRefused() throws {
+        sh("echo v1 > Documents/f.txt")
+        usleep(300_000)
+        try mounted.failing("sync_file_range", with: "EIO") {
+            sh("echo v2 > Documents/f.txt")
+            usleep(1_000_000)
+        }
+        syscall("f = os.open('Documents/f.txt', os.O_RDWR); os.pwrite(f, b'v3 in place', 0); os.fsync(f); os.close(f)", errno: EIO)
+        mounted.crashDaemon()
+        try mounted.remount()
+        // strace failed only the daemon's wait: the kernel may have written the data since, and
+        // the record then keeps the version; else it puts the previous one back. Either is whole.
+        let content = sh("cat Documents/f.txt")
+        XCTAssertTrue(["v1\n", "v2\n"].contains(content), content)
+    }
+
     /// A rename or a link of a file whose publish waits for its data waits for it first; when the
     /// data cannot be written (a disk failing), the rename and the link report it and change no
     /// name, and the file keeps its place and content.
