@@ -72,6 +72,16 @@ final class UnsyncedPublish: Sendable {
         state = Locked((file, nil, false))
     }
 
+    /// A new file's mark that could not go when its session ended (the file is its empty published
+    /// version): removed like a record, with no data to wait for.
+    init(markOf key: BackingKey, named mark: [CChar]) {
+        self.key = key
+        record = mark
+        previous = nil
+        versionPlace = nil
+        state = Locked((-1, 0, false))
+    }
+
     /// Starts the writes of the data without waiting, so that a batch's writes go out together.
     func startWriting() {
         state.withLock { state in

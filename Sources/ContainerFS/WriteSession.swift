@@ -773,11 +773,13 @@ final class Shadows: @unchecked Sendable {
         }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty {
+            let removed = unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT
             // Emptied, a new file is its published version: its mark says nothing more. One that
-            // cannot go is still a link the daemon made (`MarkTable`), and the next mount empties
-            // the file again.
-            if unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT, session.fresh, let key = session.markKey {
-                unsynced.unlinked(key)
+            // cannot go would have the next mount empty the file whatever is written to it since:
+            // it is removed before any change in place (`UnsyncedPublishes.waitForData`), or that
+            // change fails.
+            if session.fresh, let key = session.markKey {
+                if removed { unsynced.unlinked(key) } else { unsynced.add(UnsyncedPublish(markOf: key, named: session.shadowName)) }
             }
         }
         if let log = session.log { close(log.original) }

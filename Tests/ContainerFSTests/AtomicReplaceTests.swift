@@ -556,6 +556,23 @@ extension AtomicReplaceTests {
         XCTAssertTrue(["v1\n", "v2\n"].contains(content), content)
     }
 
+    /// A new file closed before anything was written is its empty published version, and its mark
+    /// goes. One that cannot go (a disk failing) would have the next mount empty the file whatever
+    /// a database then writes to it in place and syncs: it goes before that change, or the change
+    /// fails.
+    func testANewFilesMarkThatCouldNotGoGoesBeforeAChangeInPlace() throws {
+        let failed = try mounted.failed("unlinkat", with: "EIO", on: try XCTUnwrap(mounted.shadowDirectory)) {
+            syscall("f = os.open('Documents/db', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.close(f)", errno: 0)
+            // The kernel's release, which ends the session, follows the close.
+            usleep(300_000)
+        }
+        XCTAssertTrue(failed.contains { $0.contains("fresh-") }, "the mark's removal was to fail: \(failed)")
+        syscall("f = os.open('Documents/db', os.O_RDWR); os.pwrite(f, b'committed', 0); os.fsync(f); os.close(f)", errno: 0)
+        mounted.crashDaemon()
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/db"), "committed", "the fsync'd change survives the crash")
+    }
+
     /// A rename or a link of a file whose publish waits for its data waits for it first; when the
     /// data cannot be written (a disk failing), the rename and the link report it and change no
     /// name, and the file keeps its place and content.
