@@ -5,7 +5,7 @@ import XCTest
 /// ext4 image and on a btrfs one, the power cut right after chosen fsyncs (and after a close without
 /// one that another file's fsync made durable), after a restore, and at random points of a
 /// concurrent workload, each also on the image's filesystem directly, which must agree with the
-/// model. And the disk-failure harness (scripts/diskfail.sh), whole.
+/// model. And the disk-failure harness (scripts/diskfail.sh), whole, and the quick fault sweep.
 final class PowerLossTests: XCTestCase {
     func testWhatFsyncPromisedSurvivesAPowerCut() throws {
         let output = try harness("powerloss.py", "--quick")
@@ -23,6 +23,20 @@ final class PowerLossTests: XCTestCase {
         let output = try harness("diskfail.py")
         XCTAssertTrue(output.contains("problems 0"), output)
         XCTAssertTrue(output.contains("ext4 containerfs   a new file, fsync"), "the mount's disk died too: \(output)")
+    }
+
+    /// The quick part of the fault sweep (scripts/faultsweep.sh runs all of it): the first call of
+    /// each system call that removes or renames fails in the daemon during each kind of operation,
+    /// an fsync'd change in place follows, the daemon crashes: what it reported holds after the
+    /// next mount.
+    func testOneFailedCallLosesNothingTheDaemonReportedDone() throws {
+        guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
+        let output = try harness("faultsweep.py", "--quick")
+        XCTAssertTrue(output.contains(", 0 bad"), output)
+        XCTAssertFalse(output.contains("model:"), "the checks' model failed on a plain directory or the mount: \(output)")
+        let injected = output.range(of: #"(\d+) injected a failure"#, options: .regularExpression)
+            .flatMap { Int(output[$0].split(separator: " ")[0]) } ?? 0
+        XCTAssertGreaterThan(injected, 10, "strace was to fail calls: \(output)")
     }
 
     /// Runs one of the scripts' harnesses on this build's binary; its output, once it exited 0.

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Fault sweep: one system call of the daemon fails, once, during one operation; what the daemon
+said about it must still hold after it crashes.
+
+A store lives on a loop-mounted ext4 image (`powerloss.Image`). For each kind of operation (a
+rewrite with and without fsync, a new file with and without fsync, a file created and closed
+unwritten, a change in place synced, a change without truncation, an append, a truncation, an
+editor's save), each system call the publish path makes, and a few positions N, strace makes the
+Nth call of that system call in the daemon fail with EIO while the operation runs. A database-like
+change follows on the same file, unfaulted (open O_RDWR, pwrite, fsync). Then the daemon is killed
+(SIGKILL, a crash: the page cache stays), the store mounted again, and each file checked:
+- a follow-up whose fsync returned must be there;
+- otherwise an operation that reported success must be there whole, and one that failed must have
+  left a whole version, the previous one or the new one.
+Every operation also runs, unfaulted, on a plain directory and on the mount, where it must end with
+what the checks expect: the model is known to be right.
+
+Usage: faultsweep.py [--kinds K,K] [--calls C,C] [--nths 1,2,4] [--no-follow] [--quick]
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from powerloss import Image, mounted, read
+
+KINDS = {
+    "rewrite": "f = os.open(p, os.O_WRONLY | os.O_TRUNC); os.write(f, new); os.close(f)",
+    "rewrite-fsync": "f = os.open(p, os.O_WRONLY | os.O_TRUNC); os.write(f, new); os.fsync(f); os.close(f)",
+    "create": "f = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.write(f, new); os.close(f)",
+    "create-fsync": "f = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.write(f, new); os.fsync(f); os.close(f)",
+    "create-unwritten": "f = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.close(f)",
+    "in-place-fsync": "f = os.open(p, os.O_RDWR); os.pwrite(f, new, 0); os.fsync(f); os.close(f)",
+    "change": "f = os.open(p, os.O_WRONLY); os.pwrite(f, new, 0); os.close(f)",
+    "append": "f = os.open(p, os.O_WRONLY | os.O_APPEND); os.write(f, new); os.close(f)",
+    "truncate": "os.truncate(p, 5)",
+    "save": "t = p + '.tmp'; f = os.open(t, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(f, new); "
+            "os.fsync(f); os.close(f); os.rename(t, p)",
+}
+CALLS = ["unlinkat", "renameat", "renameat2", "linkat", "fsync", "fdatasync", "sync_file_range", "ftruncate",
+         "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl"]
+FOLLOW_UP = "in-place-fsync"
+
+
+def creates(kind):
+    return kind.startswith("create")
+
+
+def expected(kind, old, new):
+    """What the file holds after `kind` succeeded on a file holding `old` (nothing for a new file)."""
+    if creates(kind):
+        return b"" if kind == "create-unwritten" else new
+    return {"in-place-fsync": new + old[len(new):], "change": new + old[len(new):], "append": old + new,
+            "truncate": old[:5]}.get(kind, new)
+
+
+def operate(kind, path, new, timeout=30):
+    """Runs `kind` on `path` in a child: "ok", an errno's number, or what went wrong."""
+    script = "import os\np = %r; new = %r\ntry:\n    %s\n    print('ok')\nexcept OSError as error:\n    print(error.errno)\n" % (
+        path, new, KINDS[kind])
+    result = subprocess.run(["timeout", str(timeout), "python3", "-c", script], capture_output=True, text=True)
+    if result.returncode == 124:
+        return "hung"
+    return result.stdout.strip() or "crashed: " + result.stderr.strip()[-200:]
+
+
+class Case:
+    def __init__(self, number, kind, call, nth, folder):
+        self.kind, self.call, self.nth = kind, call, nth
+        self.path = os.path.join(folder, "f%d" % number)
+        self.old = b"" if creates(kind) else ("old version %d, " % number).encode() * 4
+        self.new = ("NEW %d" % number).encode()
+        self.follow = ("FOLLOW-UP %d" % number).encode()
+        self.result = self.followed = self.injected = None
+
+    def prepare(self):
+        if not creates(self.kind):
+            with open(self.path, "wb") as file:
+                file.write(self.old)
+
+    def problem(self, found):
+        """What is wrong with finding `found` in the file after the crash, or None."""
+        if self.followed == "ok":
+            return None if found is not None and found.startswith(self.follow) else "the fsync'd follow-up is lost"
+        wanted = expected(self.kind, self.old, self.new)
+        if self.result == "ok":
+            return None if found == wanted else "what the operation said it did is lost"
+        whole = [self.old, wanted] + ([None] if creates(self.kind) else [])
+        return None if found in whole else "neither version whole"
+
+    def __str__(self):
+        return "%s, %s #%d failed (%d injected): %s, follow-up %s" % (self.kind, self.call, self.nth, self.injected or 0,
+                                                                     self.result, self.followed)
+
+
+def model_holds(image_folder, scratch):
+    """Each kind, unfaulted, on a plain directory and through the mount: ends as `expected` says."""
+    problems = []
+    for place, folder in (("plain directory", scratch), ("mount", image_folder)):
+        os.makedirs(folder, exist_ok=True)
+        for number, kind in enumerate(KINDS):
+            case = Case(number, kind, "-", 0, folder)
+            case.prepare()
+            result = operate(kind, case.path, case.new)
+            found = read(case.path)
+            if result != "ok" or found != expected(kind, case.old, case.new):
+                problems.append("%s: %s gave %s, %r" % (place, kind, result, found))
+    return problems
+
+
+def strace(pid, call, nth, log):
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-p", str(pid), "-e", "trace=" + call,
+                               "-e", "inject=%s:error=EIO:when=%d" % (call, nth), "-o", log])
+    # Attached once every thread of the daemon names it as its tracer.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        threads = os.listdir("/proc/%d/task" % pid)
+        if threads and all("TracerPid:\t%d\n" % tracer.pid in open("/proc/%d/task/%s/status" % (pid, t)).read()
+                           for t in threads):
+            return tracer
+        time.sleep(0.02)
+    tracer.kill()
+    raise RuntimeError("strace did not attach to the daemon")
+
+
+def sweep(image, cases, follow):
+    folder = image.start()
+    pid = image.daemon.pid
+    for number, case in enumerate(cases):
+        case.prepare()
+        time.sleep(0.05)
+        log = os.path.join(image.root, "strace.log")
+        tracer = strace(pid, case.call, case.nth, log)
+        try:
+            case.result = operate(case.kind, case.path, case.new)
+            # The kernel's release and the background's work follow the close.
+            time.sleep(0.3)
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait()
+        with open(log) as lines:
+            case.injected = sum("INJECTED" in line for line in lines)
+        case.followed = operate(FOLLOW_UP, case.path, case.follow) if follow else "not made"
+        if image.daemon.poll() is not None:
+            raise RuntimeError("the daemon died at " + str(case))
+    time.sleep(1)
+    # A crash: the daemon goes, the page cache stays.
+    image.daemon.kill()
+    image.daemon.wait()
+    image.daemon = None
+    subprocess.run(["fusermount3", "-u", "-z", image.fuse], stderr=subprocess.DEVNULL)
+    served = image.start()
+    bad = []
+    for case in cases:
+        problem = case.problem(read(os.path.join(served, os.path.relpath(case.path, folder))))
+        if problem or case.result in ("hung",) or case.result.startswith("crashed"):
+            bad.append("%s: %s" % (case, problem or case.result))
+    problem = image.unmount()
+    if problem:
+        bad.append("after the sweep: " + problem)
+    return bad
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--binary", default=os.path.join(os.path.dirname(__file__), "..", ".build", "debug", "containerfs"))
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--calls", default=",".join(CALLS))
+    parser.add_argument("--nths", default="1,2,4")
+    parser.add_argument("--no-follow", action="store_true", help="no fsync'd change in place after each operation")
+    parser.add_argument("--quick", action="store_true", help="the calls that remove and rename, first call only")
+    arguments = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("faultsweep: needs root (loop devices, strace on the daemon)")
+    if shutil.which("strace") is None:
+        sys.exit("faultsweep: needs strace (scripts/setup.sh installs it)")
+    kinds, calls = arguments.kinds.split(","), arguments.calls.split(",")
+    nths = [int(n) for n in arguments.nths.split(",")]
+    if arguments.quick:
+        calls, nths = ["unlinkat", "renameat", "renameat2", "linkat"], [1]
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown:
+        sys.exit("faultsweep: unknown kinds %s (known: %s)" % (", ".join(unknown), ", ".join(KINDS)))
+    root = tempfile.mkdtemp(prefix="containerfs-faultsweep.")
+    image = Image(root, "ext4", os.path.realpath(arguments.binary), native=False)
+    failed = False
+    try:
+        image.make()
+        problems = model_holds(os.path.join(image.start(), "model"), os.path.join(root, "plain"))
+        image.unmount()
+        for problem in problems:
+            print("model: " + problem)
+        failed |= bool(problems)
+        cases = []
+        for kind in kinds:
+            for call in calls:
+                for nth in nths:
+                    cases.append(Case(len(cases), kind, call, nth, os.path.join(image.fuse, "Documents")))
+        print("faultsweep: %d cases (%d kinds, %d calls, failing call %s), %s" % (
+            len(cases), len(kinds), len(calls), "/".join(map(str, nths)),
+            "each followed by an fsync'd change in place" if not arguments.no_follow else "no follow-ups"), flush=True)
+        bad = sweep(image, cases, not arguments.no_follow)
+        for line in bad:
+            print("BAD " + line)
+        outcomes = {}
+        for case in cases:
+            outcomes[case.result] = outcomes.get(case.result, 0) + 1
+        print("faultsweep: %d cases, %d injected a failure, outcomes %s, %d bad" % (
+            len(cases), sum(1 for case in cases if case.injected), outcomes, len(bad)))
+        failed |= bool(bad)
+    finally:
+        image.remove()
+        shutil.rmtree(root, ignore_errors=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
