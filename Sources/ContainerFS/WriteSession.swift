@@ -915,16 +915,14 @@ final class Shadows: @unchecked Sendable {
         published.applied()
         // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
         // this publish's turn (`RenameCommits`).
-        if !renameCommits.needed, unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: key) {
-            // The retirement holds the file and the log now.
-        } else {
+        if renameCommits.needed || !unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: key) {
             error = finish(published)
             guard error == 0 else {
                 session.shadowName = []
                 return error
             }
-            // Retired: the file is closed, and the log goes with `drop`.
         }
+        // The retirement holds the file and the log now, or closed the one and drops the other.
         session.log = nil
         session.shadow = -1
         session.shadowName = []
