@@ -5,7 +5,8 @@ said about it must still hold after it crashes.
 A store lives on a loop-mounted ext4 image (`powerloss.Image`). For each kind of operation (a
 rewrite with and without fsync, a new file with and without fsync, a file created and closed
 unwritten, a change in place synced, a change without truncation, an append, a truncation, an
-editor's save), each system call the publish path makes, and a few positions N, strace makes the
+editor's save, a large file's logged change with and without fsync, a rename, a hard link), each
+system call the publish path makes, and a few positions N, strace makes the
 Nth call of that system call in the daemon fail with EIO while the operation runs. A database-like
 change follows on the same file, unfaulted (open O_RDWR, pwrite, fsync). Then the daemon is killed
 (SIGKILL, a crash: the page cache stays), the store mounted again, and each file checked:
@@ -40,6 +41,11 @@ KINDS = {
     "truncate": "os.truncate(p, 5)",
     "save": "t = p + '.tmp'; f = os.open(t, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(f, new); "
             "os.fsync(f); os.close(f); os.rename(t, p)",
+    # A large file's change without truncation goes through a redo log (`-o large_file`, 64 KiB here).
+    "large-change": "f = os.open(p, os.O_WRONLY); os.pwrite(f, new, 0); os.close(f)",
+    "large-change-fsync": "f = os.open(p, os.O_WRONLY); os.pwrite(f, new, 0); os.fsync(f); os.close(f)",
+    "rename": "os.rename(p, p + '.moved')",
+    "link": "os.link(p, p + '.link')",
 }
 CALLS = ["unlinkat", "renameat", "renameat2", "linkat", "fsync", "fdatasync", "sync_file_range", "ftruncate",
          "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl"]
@@ -54,8 +60,14 @@ def expected(kind, old, new):
     """What the file holds after `kind` succeeded on a file holding `old` (nothing for a new file)."""
     if creates(kind):
         return b"" if kind == "create-unwritten" else new
-    return {"in-place-fsync": new + old[len(new):], "change": new + old[len(new):], "append": old + new,
-            "truncate": old[:5]}.get(kind, new)
+    if kind in ("in-place-fsync", "change", "large-change", "large-change-fsync"):
+        return new + old[len(new):]
+    return {"append": old + new, "truncate": old[:5], "rename": old, "link": old}.get(kind, new)
+
+
+def target(kind, path):
+    """Where the operation leaves the file: a rename moves it."""
+    return path + ".moved" if kind == "rename" else path
 
 
 def operate(kind, path, new, timeout=30):
@@ -72,7 +84,7 @@ class Case:
     def __init__(self, number, kind, call, nth, folder):
         self.kind, self.call, self.nth = kind, call, nth
         self.path = os.path.join(folder, "f%d" % number)
-        self.old = b"" if creates(kind) else ("old version %d, " % number).encode() * 4
+        self.old = b"" if creates(kind) else ("old version %d, " % number).encode() * (5000 if kind.startswith("large") else 4)
         self.new = ("NEW %d" % number).encode()
         self.follow = ("FOLLOW-UP %d" % number).encode()
         self.result = self.followed = self.injected = None
@@ -89,7 +101,7 @@ class Case:
         wanted = expected(self.kind, self.old, self.new)
         if self.result == "ok":
             return None if found == wanted else "what the operation said it did is lost"
-        whole = [self.old, wanted] + ([None] if creates(self.kind) else [])
+        whole = [self.old, wanted] + ([None] if creates(self.kind) or self.kind == "rename" else [])
         return None if found in whole else "neither version whole"
 
     def __str__(self):
@@ -106,7 +118,7 @@ def model_holds(image_folder, scratch):
             case = Case(number, kind, "-", 0, folder)
             case.prepare()
             result = operate(kind, case.path, case.new)
-            found = read(case.path)
+            found = read(target(kind, case.path))
             if result != "ok" or found != expected(kind, case.old, case.new):
                 problems.append("%s: %s gave %s, %r" % (place, kind, result, found))
     return problems
@@ -144,7 +156,7 @@ def sweep(image, cases, follow):
             tracer.wait()
         with open(log) as lines:
             case.injected = sum("INJECTED" in line for line in lines)
-        case.followed = operate(FOLLOW_UP, case.path, case.follow) if follow else "not made"
+        case.followed = operate(FOLLOW_UP, target(case.kind, case.path), case.follow) if follow else "not made"
         if image.daemon.poll() is not None:
             raise RuntimeError("the daemon died at " + str(case))
     time.sleep(1)
@@ -156,7 +168,7 @@ def sweep(image, cases, follow):
     served = image.start()
     bad = []
     for case in cases:
-        problem = case.problem(read(os.path.join(served, os.path.relpath(case.path, folder))))
+        problem = case.problem(read(os.path.join(served, os.path.relpath(target(case.kind, case.path), folder))))
         if problem or case.result in ("hung",) or case.result.startswith("crashed"):
             bad.append("%s: %s" % (case, problem or case.result))
     problem = image.unmount()

@@ -228,10 +228,11 @@ final class UnsyncedPublishes: @unchecked Sendable {
 
     /// Takes over the retirement of a log applied to the file `key` names: done by the request
     /// that published it, once it has answered (`startRetirements`), or first by a `waitForData`
-    /// of the file. False when too many wait: the caller retires it itself.
-    func retireLater(_ retirement: LogRetirement, of key: BackingKey) -> Bool {
+    /// of the file. False when too many wait (unless `beyondLimit`: one that failed must not be
+    /// forgotten) or one of the file's does: the caller retires it itself.
+    func retireLater(_ retirement: LogRetirement, of key: BackingKey, beyondLimit: Bool = false) -> Bool {
         retiring.withLock { retiring -> Bool in
-            guard retiring.byFile.count < UnsyncedPublishes.retiringLimit, retiring.byFile[key] == nil else { return false }
+            guard beyondLimit || retiring.byFile.count < UnsyncedPublishes.retiringLimit, retiring.byFile[key] == nil else { return false }
             retiring.byFile[key] = retirement
             retiring.unstarted.append(key)
             return true

@@ -903,30 +903,33 @@ final class Shadows: @unchecked Sendable {
                 return error
             }
         }
-        // Committed: the change is the file's now. A failure from here on (the disk failing) is
-        // tried once more, then leaves the log and its link, which unmount and the next mount apply.
+        // Committed: the change is the file's now. An apply that fails (the disk failing), or a
+        // lease that cannot be given back, is tried again by the retirement, which any read or
+        // change of the file in place waits for: left to the next mount, the log applied again
+        // would overwrite what they wrote meanwhile. The writer hears the error.
         error = apply(records, of: logFile, to: file)
         // Opens that waited for the lease see the change whole.
         if leased, clinux_set_lease(file, 0) != 0, error == 0 { error = errno }
-        guard error == 0 else {
-            session.shadowName = []
-            return error
-        }
-        published.applied()
+        if error == 0 { published.applied() }
+        let retirement = LogRetirement { [self] in finish(published) }
         // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
-        // this publish's turn (`RenameCommits`).
-        if renameCommits.needed || !unsynced.retireLater(LogRetirement { [self] in finish(published) }, of: key) {
-            error = finish(published)
-            guard error == 0 else {
+        // this publish's turn (`RenameCommits`); one that fails waits all the same.
+        if renameCommits.needed || !unsynced.retireLater(retirement, of: key) {
+            let retired = retirement.run()
+            if retired == 0 {
+                error = 0
+            } else if unsynced.retireLater(retirement, of: key, beyondLimit: true) {
+                error = retired
+            } else {
                 session.shadowName = []
-                return error
+                return retired
             }
         }
         // The retirement holds the file and the log now, or closed the one and drops the other.
         session.log = nil
         session.shadow = -1
         session.shadowName = []
-        return 0
+        return error
     }
 
     /// Syncs a log for its commit: with the shadow directory where a file's sync does not make
@@ -968,8 +971,9 @@ final class Shadows: @unchecked Sendable {
                 let error = apply(published.records, of: published.log, to: published.file)
                 // Given back even when the apply failed: opens go on, as after the failure of a
                 // close's apply (the next step applies the log again, and so it does when the
-                // lease could not be given back: the next try gives it back).
-                let released = clinux_set_lease(published.file, 0) == 0 ? 0 : errno
+                // lease could not be given back: the next try gives it back). EAGAIN: none was
+                // held (the close gave it back before it left the log to this step).
+                let released = clinux_set_lease(published.file, 0) == 0 || errno == EAGAIN ? 0 : errno
                 guard error == 0 else { return error }
                 guard released == 0 else { return released }
                 step = .retire

@@ -461,3 +461,19 @@ extension LargeFileTests {
         XCTAssertEqual(sh("dd if=Documents/many/f\(stuck) bs=1 skip=100 count=7 status=none"), "CHANGED")
     }
 }
+
+extension LargeFileTests {
+    /// A synced change whose log could not be applied (every copy of the daemon fails meanwhile)
+    /// reports it; the log, committed, is applied again before the next change in place, not left
+    /// for the next mount to apply over that change (a database's fsync'd write was lost so).
+    func testAChangeInPlaceAfterAnApplyThatFailedIsNotOverwrittenByIt() throws {
+        makeLargeFile()
+        try mounted.failing("copy_file_range", with: "EIO") {
+            syscall("f = os.open('Documents/large', os.O_WRONLY); os.pwrite(f, b'LOGGED', 4096); os.fsync(f)", errno: EIO)
+        }
+        syscall("f = os.open('Documents/large', os.O_RDWR); os.pwrite(f, b'IN PLACE', 4096); os.fsync(f); os.close(f)", errno: 0)
+        mounted.crashDaemon()
+        try mounted.remount()
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=4096 count=8 status=none"), "IN PLACE", "the fsync'd change survives")
+    }
+}
