@@ -531,10 +531,7 @@ extension AtomicReplaceTests {
             usleep(1_000_000)
         }
         XCTAssertTrue(failed.contains { $0.contains("record-") }, "the record's removal was to fail: \(failed)")
-        syscall("f = os.open('Documents/f.txt', os.O_RDWR); os.pwrite(f, b'v3 in place', 0); os.fsync(f); os.close(f)", errno: 0)
-        mounted.crashDaemon()
-        try mounted.remount()
-        XCTAssertEqual(sh("cat Documents/f.txt"), "v3 in place", "the fsync'd change survives the crash")
+        XCTAssertEqual(try commitInPlaceThenCrash("Documents/f.txt", "v3 in place"), "v3 in place", "the fsync'd change survives the crash")
     }
 
     /// The same when the record stays because the version's data could not be written: the next
@@ -547,12 +544,9 @@ extension AtomicReplaceTests {
             sh("echo v2 > Documents/f.txt")
             usleep(1_000_000)
         }
-        syscall("f = os.open('Documents/f.txt', os.O_RDWR); os.pwrite(f, b'v3 in place', 0); os.fsync(f); os.close(f)", errno: EIO)
-        mounted.crashDaemon()
-        try mounted.remount()
+        let content = try commitInPlaceThenCrash("Documents/f.txt", "v3 in place", errno: EIO)
         // strace failed only the daemon's wait: the kernel may have written the data since, and
         // the record then keeps the version; else it puts the previous one back. Either is whole.
-        let content = sh("cat Documents/f.txt")
         XCTAssertTrue(["v1\n", "v2\n"].contains(content), content)
     }
 
@@ -567,10 +561,17 @@ extension AtomicReplaceTests {
             usleep(300_000)
         }
         XCTAssertTrue(failed.contains { $0.contains("fresh-") }, "the mark's removal was to fail: \(failed)")
-        syscall("f = os.open('Documents/db', os.O_RDWR); os.pwrite(f, b'committed', 0); os.fsync(f); os.close(f)", errno: 0)
+        XCTAssertEqual(try commitInPlaceThenCrash("Documents/db", "committed"), "committed", "the fsync'd change survives the crash")
+    }
+
+    /// Writes `content` at the start of the file at `path` in place and syncs it, as a database
+    /// commits (its errno must be `expected`), then crashes the daemon and mounts again: what the
+    /// file holds then.
+    private func commitInPlaceThenCrash(_ path: String, _ content: String, errno expected: Int32 = 0) throws -> String {
+        syscall("f = os.open('\(path)', os.O_RDWR); os.pwrite(f, b'\(content)', 0); os.fsync(f); os.close(f)", errno: expected)
         mounted.crashDaemon()
         try mounted.remount()
-        XCTAssertEqual(sh("cat Documents/db"), "committed", "the fsync'd change survives the crash")
+        return sh("cat \(path)")
     }
 
     /// A rename or a link of a file whose publish waits for its data waits for it first; when the
