@@ -75,9 +75,6 @@ final class PublishedLog: Sendable {
         (self.file, self.log, self.logName, self.target, self.key, self.records) = (file, log, logName, target, key, records)
         step = Locked(committed ? .apply : .commit)
     }
-
-    /// The publish applied the log itself.
-    func applied() { step.withLock { $0 = .retire } }
 }
 
 /// Makes, publishes and discards shadows in the daemon's own directory in the store's work space.
@@ -907,10 +904,7 @@ final class Shadows: @unchecked Sendable {
         // lease that cannot be given back, is tried again by the retirement, which any read or
         // change of the file in place waits for: left to the next mount, the log applied again
         // would overwrite what they wrote meanwhile. The writer hears the error.
-        error = apply(records, of: logFile, to: file)
-        // Opens that waited for the lease see the change whole.
-        if leased, clinux_set_lease(file, 0) != 0, error == 0 { error = errno }
-        if error == 0 { published.applied() }
+        error = published.step.withLock { applyStep(published, &$0) }
         let retirement = LogRetirement { [self] in finish(published) }
         // Where renames must be committed before a sync (btrfs), the retirement's syncs stay in
         // this publish's turn (`RenameCommits`); one that fails waits all the same.
@@ -968,15 +962,8 @@ final class Shadows: @unchecked Sendable {
                 step = .apply
             }
             if step == .apply {
-                let error = apply(published.records, of: published.log, to: published.file)
-                // Given back even when the apply failed: opens go on, as after the failure of a
-                // close's apply (the next step applies the log again, and so it does when the
-                // lease could not be given back: the next try gives it back). EAGAIN: none was
-                // held (the close gave it back before it left the log to this step).
-                let released = clinux_set_lease(published.file, 0) == 0 || errno == EAGAIN ? 0 : errno
+                let error = applyStep(published, &step)
                 guard error == 0 else { return error }
-                guard released == 0 else { return released }
-                step = .retire
             }
             if step == .retire {
                 let error = retire(published.log, applying: published.records, to: published.file, key: published.key,
@@ -988,6 +975,19 @@ final class Shadows: @unchecked Sendable {
             }
             return 0
         }
+    }
+
+    /// Applies a committed log to its file and gives its lease back, even when the apply failed:
+    /// opens that waited for the lease go on (and see the change whole when it was applied). The
+    /// step moves on to the retirement once both are done; otherwise the next try does them again.
+    /// EAGAIN from the lease: none was held (leases off, or given back by an earlier try).
+    private func applyStep(_ published: PublishedLog, _ step: inout PublishedLog.Step) -> Int32 {
+        let error = apply(published.records, of: published.log, to: published.file)
+        let released = clinux_set_lease(published.file, 0) == 0 || errno == EAGAIN ? 0 : errno
+        guard error == 0 else { return error }
+        guard released == 0 else { return released }
+        step = .retire
+        return 0
     }
 
     /// Applies a committed log to its file, once more if that fails (the disk failing).
