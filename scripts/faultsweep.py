@@ -4,8 +4,11 @@ said about it must still hold after it crashes.
 
 A store lives on a loop-mounted ext4 image (`powerloss.Image`). For each kind of operation (a
 rewrite with and without fsync, a new file with and without fsync, a file created and closed
-unwritten, a change in place synced, a change without truncation, an append, a truncation, an
-editor's save, a large file's logged change with and without fsync, a rename, a hard link), each
+unwritten, a change in place synced, a change without truncation, an append with and without
+fsync, a truncation, an editor's save with and without fsync, a large file's logged change with
+and without fsync, a rename, a hard link, a copy the daemon makes (copy_file_range), an
+allocation, a change through a shared mapping, a rewrite then an unlink, two processes rewriting
+it at once), each
 system call the publish path makes, and a few positions N, strace makes the
 Nth call of that system call in the daemon fail with EIO while the operation runs. A database-like
 change follows on the same file, unfaulted (open O_RDWR, pwrite, fsync). Then the daemon is killed
@@ -16,7 +19,13 @@ change follows on the same file, unfaulted (open O_RDWR, pwrite, fsync). Then th
 Every operation also runs, unfaulted, on a plain directory and on the mount, where it must end with
 what the checks expect: the model is known to be right.
 
-Usage: faultsweep.py [--kinds K,K] [--calls C,C] [--nths 1,2,4] [--no-follow] [--quick]
+With --pairs each operation runs at once with one of the next kind, on another file, under the
+same fault: whichever of the two makes the failing call gets the error, and both files are checked.
+
+Usage: faultsweep.py [--kinds K,K] [--calls C,C] [--nths 1,2,4,1+] [--no-follow] [--quick] [--pairs]
+
+An N with a plus (`1+`) fails that call and every later one while the operation runs: what the
+daemon tries again fails again, until the operation has ended.
 """
 import argparse
 import os
@@ -25,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 from powerloss import Image, mounted, read
@@ -46,9 +56,29 @@ KINDS = {
     "large-change-fsync": "f = os.open(p, os.O_WRONLY); os.pwrite(f, new, 0); os.fsync(f); os.close(f)",
     "rename": "os.rename(p, p + '.moved')",
     "link": "os.link(p, p + '.link')",
+    # The kernel hands a copy between two files of the mount to the daemon (FUSE_COPY_FILE_RANGE).
+    "copy-over": "s = os.open(p + '.source', os.O_RDONLY); f = os.open(p, os.O_WRONLY | os.O_TRUNC); "
+                 "os.copy_file_range(s, f, len(new)); os.close(f); os.close(s)",
+    "fallocate": "f = os.open(p, os.O_WRONLY); os.posix_fallocate(f, 0, os.fstat(f).st_size + 4096); os.close(f)",
+    "mmap": "import mmap; f = os.open(p, os.O_RDWR); m = mmap.mmap(f, 0); m[0:len(new)] = new; m.flush(); "
+            "m.close(); os.close(f)",
+    "append-fsync": "f = os.open(p, os.O_WRONLY | os.O_APPEND); os.write(f, new); os.fsync(f); os.close(f)",
+    "save-unsynced": "t = p + '.tmp'; f = os.open(t, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(f, new); "
+                     "os.close(f); os.rename(t, p)",
+    "rewrite-unlink": "f = os.open(p, os.O_WRONLY | os.O_TRUNC); os.write(f, new); os.close(f); os.unlink(p)",
+    # Two processes rewrite the file at once, with the same content: one session, two writers.
+    "rewrite-two": "c = os.fork()\n"
+                   "try:\n"
+                   "    f = os.open(p, os.O_WRONLY | os.O_TRUNC); os.write(f, new); os.close(f)\n"
+                   "except OSError as error:\n"
+                   "    if c == 0: os._exit(error.errno)\n"
+                   "    raise\n"
+                   "if c == 0: os._exit(0)\n"
+                   "status = os.waitstatus_to_exitcode(os.waitpid(c, 0)[1])\n"
+                   "if status: raise OSError(status, 'the other writer failed')",
 }
 CALLS = ["unlinkat", "renameat", "renameat2", "linkat", "fsync", "fdatasync", "sync_file_range", "ftruncate",
-         "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl"]
+         "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl", "fallocate", "ioctl"]
 FOLLOW_UP = "in-place-fsync"
 
 
@@ -60,9 +90,10 @@ def expected(kind, old, new):
     """What the file holds after `kind` succeeded on a file holding `old` (nothing for a new file)."""
     if creates(kind):
         return b"" if kind == "create-unwritten" else new
-    if kind in ("in-place-fsync", "change", "large-change", "large-change-fsync"):
+    if kind in ("in-place-fsync", "change", "large-change", "large-change-fsync", "mmap"):
         return new + old[len(new):]
-    return {"append": old + new, "truncate": old[:5], "rename": old, "link": old}.get(kind, new)
+    return {"append": old + new, "append-fsync": old + new, "truncate": old[:5], "rename": old, "link": old,
+            "fallocate": old + bytes(4096), "rewrite-unlink": None}.get(kind, new)
 
 
 def target(kind, path):
@@ -70,14 +101,24 @@ def target(kind, path):
     return path + ".moved" if kind == "rename" else path
 
 
-def operate(kind, path, new, timeout=30):
-    """Runs `kind` on `path` in a child: "ok", an errno's number, or what went wrong."""
-    script = "import os\np = %r; new = %r\ntry:\n    %s\n    print('ok')\nexcept OSError as error:\n    print(error.errno)\n" % (
-        path, new, KINDS[kind])
-    result = subprocess.run(["timeout", str(timeout), "python3", "-c", script], capture_output=True, text=True)
-    if result.returncode == 124:
+def start(kind, path, new, timeout=30):
+    """Starts `kind` on `path` in a child; `outcome` tells how it ended."""
+    script = "import os\np = %r; new = %r\ntry:\n%s\n    print('ok')\nexcept OSError as error:\n    print(error.errno)\n" % (
+        path, new, textwrap.indent(KINDS[kind], "    "))
+    return subprocess.Popen(["timeout", str(timeout), "python3", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def outcome(child):
+    """"ok", an errno's number, or what went wrong."""
+    output, errors = child.communicate()
+    if child.returncode == 124:
         return "hung"
-    return result.stdout.strip() or "crashed: " + result.stderr.strip()[-200:]
+    return output.strip() or "crashed: " + errors.strip()[-200:]
+
+
+def operate(kind, path, new):
+    return outcome(start(kind, path, new))
 
 
 class Case:
@@ -93,6 +134,9 @@ class Case:
         if not creates(self.kind):
             with open(self.path, "wb") as file:
                 file.write(self.old)
+        if self.kind == "copy-over":
+            with open(self.path + ".source", "wb") as file:
+                file.write(self.new)
 
     def problem(self, found):
         """What is wrong with finding `found` in the file after the crash, or None."""
@@ -102,10 +146,12 @@ class Case:
         if self.result == "ok":
             return None if found == wanted else "what the operation said it did is lost"
         whole = [self.old, wanted] + ([None] if creates(self.kind) or self.kind == "rename" else [])
+        if self.kind == "rewrite-unlink":
+            whole.append(self.new)
         return None if found in whole else "neither version whole"
 
     def __str__(self):
-        return "%s, %s #%d failed (%d injected): %s, follow-up %s" % (self.kind, self.call, self.nth, self.injected or 0,
+        return "%s, %s #%s failed (%d injected): %s, follow-up %s" % (self.kind, self.call, self.nth, self.injected or 0,
                                                                      self.result, self.followed)
 
 
@@ -126,7 +172,7 @@ def model_holds(image_folder, scratch):
 
 def strace(pid, call, nth, log):
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-p", str(pid), "-e", "trace=" + call,
-                               "-e", "inject=%s:error=EIO:when=%d" % (call, nth), "-o", log])
+                               "-e", "inject=%s:error=EIO:when=%s" % (call, nth), "-o", log])
     # Attached once every thread of the daemon names it as its tracer.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -139,26 +185,33 @@ def strace(pid, call, nth, log):
     raise RuntimeError("strace did not attach to the daemon")
 
 
-def sweep(image, cases, follow):
+def sweep(image, cases, follow, together=1):
+    """Runs the cases `together` at a time, each group's operations at once under one fault."""
     folder = image.start()
     pid = image.daemon.pid
-    for number, case in enumerate(cases):
-        case.prepare()
+    for first in range(0, len(cases), together):
+        group = cases[first:first + together]
+        for case in group:
+            case.prepare()
         time.sleep(0.05)
         log = os.path.join(image.root, "strace.log")
-        tracer = strace(pid, case.call, case.nth, log)
+        tracer = strace(pid, group[0].call, group[0].nth, log)
         try:
-            case.result = operate(case.kind, case.path, case.new)
+            children = [start(case.kind, case.path, case.new) for case in group]
+            for case, child in zip(group, children):
+                case.result = outcome(child)
             # The kernel's release and the background's work follow the close.
             time.sleep(0.3)
         finally:
             tracer.send_signal(signal.SIGINT)
             tracer.wait()
         with open(log) as lines:
-            case.injected = sum("INJECTED" in line for line in lines)
-        case.followed = operate(FOLLOW_UP, target(case.kind, case.path), case.follow) if follow else "not made"
+            injected = sum("INJECTED" in line for line in lines)
+        for case in group:
+            case.injected = injected
+            case.followed = operate(FOLLOW_UP, target(case.kind, case.path), case.follow) if follow else "not made"
         if image.daemon.poll() is not None:
-            raise RuntimeError("the daemon died at " + str(case))
+            raise RuntimeError("the daemon died at " + ", ".join(map(str, group)))
     time.sleep(1)
     # A crash: the daemon goes, the page cache stays.
     image.daemon.kill()
@@ -185,15 +238,19 @@ def main():
     parser.add_argument("--nths", default="1,2,4")
     parser.add_argument("--no-follow", action="store_true", help="no fsync'd change in place after each operation")
     parser.add_argument("--quick", action="store_true", help="the calls that remove and rename, first call only")
+    parser.add_argument("--pairs", action="store_true",
+                        help="each case at once with a case of the next kind, on another file, under the same fault")
     arguments = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("faultsweep: needs root (loop devices, strace on the daemon)")
     if shutil.which("strace") is None:
         sys.exit("faultsweep: needs strace (scripts/setup.sh installs it)")
     kinds, calls = arguments.kinds.split(","), arguments.calls.split(",")
-    nths = [int(n) for n in arguments.nths.split(",")]
+    nths = arguments.nths.split(",")
+    if not all(n.rstrip("+").isdigit() and int(n.rstrip("+")) > 0 for n in nths):
+        sys.exit("faultsweep: --nths takes positive numbers, each with an optional + (%s)" % arguments.nths)
     if arguments.quick:
-        calls, nths = ["unlinkat", "renameat", "renameat2", "linkat"], [1]
+        calls, nths = ["unlinkat", "renameat", "renameat2", "linkat"], ["1"]
     unknown = [kind for kind in kinds if kind not in KINDS]
     if unknown:
         sys.exit("faultsweep: unknown kinds %s (known: %s)" % (", ".join(unknown), ", ".join(KINDS)))
@@ -208,14 +265,17 @@ def main():
             print("model: " + problem)
         failed |= bool(problems)
         cases = []
-        for kind in kinds:
+        for index, kind in enumerate(kinds):
             for call in calls:
                 for nth in nths:
                     cases.append(Case(len(cases), kind, call, nth, os.path.join(image.fuse, "Documents")))
+                    if arguments.pairs:
+                        partner = kinds[(index + 1) % len(kinds)]
+                        cases.append(Case(len(cases), partner, call, nth, os.path.join(image.fuse, "Documents")))
         print("faultsweep: %d cases (%d kinds, %d calls, failing call %s), %s" % (
             len(cases), len(kinds), len(calls), "/".join(map(str, nths)),
             "each followed by an fsync'd change in place" if not arguments.no_follow else "no follow-ups"), flush=True)
-        bad = sweep(image, cases, not arguments.no_follow)
+        bad = sweep(image, cases, not arguments.no_follow, 2 if arguments.pairs else 1)
         for line in bad:
             print("BAD " + line)
         outcomes = {}

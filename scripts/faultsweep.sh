@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails one system call of the daemon at a time during one operation, then crashes it, and checks
 # that what the daemon reported still holds after the next mount (scripts/faultsweep.py: --quick,
-# --kinds, --calls, --nths). Needs root.
+# --kinds, --calls, --nths, --pairs). Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
