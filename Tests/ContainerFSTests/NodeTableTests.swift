@@ -63,4 +63,26 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(lost.load(ordering: .relaxed), 0, "times the name led elsewhere")
         XCTAssertTrue(node.isReachableByName)
     }
+
+    /// A node that was only looked up carries no file state (a node per item `find` or `ls -lR`
+    /// names adds up); an open makes it, and what the open counted is gone once it closes.
+    func testOnlyAnOpenGivesANodeItsFileState() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        XCTAssertFalse(node.attributesVary)
+        XCTAssertEqual(node.withSession { $0 == nil }, true)
+        XCTAssertEqual(node.withCachedVersion { $0 == nil }, true)
+        XCTAssertFalse(node.hasFileState, "a looked-up node")
+
+        let opened = try XCTUnwrap(node.openHandle(.versionedReader, passthrough: nil, in: nodes) {
+            open(directory + "/f", O_RDONLY | O_CLOEXEC)
+        })
+        XCTAssertGreaterThanOrEqual(opened.descriptor, 0)
+        XCTAssertTrue(node.hasFileState, "an opened node")
+        XCTAssertTrue(node.sharing.hasOpenHandles)
+        node.closeHandle(opened.path, passthrough: nil)
+        close(opened.descriptor)
+        XCTAssertFalse(node.sharing.hasOpenHandles)
+        XCTAssertEqual(node.sharing, Sharing(), "what the open counted")
+    }
 }
