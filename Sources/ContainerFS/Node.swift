@@ -400,7 +400,7 @@ final class NodeTable: @unchecked Sendable {
     let root: Node
 
     private struct State {
-        var nodes: [BackingKey: Node] = [:]
+        var nodes: NodeIndex
         /// Files whose node a writer left to cached readers (`detach`), and until when their next
         /// nodes await the writer (the kernel may forget the first before the writer's retried open
         /// reaches it; a writer that never comes is not awaited for ever).
@@ -441,7 +441,7 @@ final class NodeTable: @unchecked Sendable {
         /// index is rebuilt at its new size (a dictionary never shrinks by itself).
         mutating func shrinkIfFarBelowPeak() -> Bool {
             guard peak - nodes.count >= 10_000, nodes.count * 2 < peak else { return false }
-            nodes = Dictionary(uniqueKeysWithValues: nodes.map { ($0.key, $0.value) })
+            nodes = nodes.rebuilt()
             peak = nodes.count
             return true
         }
@@ -455,7 +455,7 @@ final class NodeTable: @unchecked Sendable {
         }
     }
 
-    private let state = Locked(State())
+    private let state: Locked<State>
     /// The daemon's descriptors held per user: directories' nodes and open handles. Taken inside
     /// `state`'s lock, never the other way round.
     let shares = Locked(DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max))
@@ -467,6 +467,7 @@ final class NodeTable: @unchecked Sendable {
 
     init(root: Node) {
         self.root = root
+        state = Locked(State(nodes: NodeIndex(device: root.key.device)))
         root.lookups = 1
     }
 
@@ -710,7 +711,7 @@ final class NodeTable: @unchecked Sendable {
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
             guard moved.isDirectory, zone.isInheritedByChildren else { return [moved] }
-            let below = state.nodes.values.filter { $0.isWithin(moved) }
+            let below = state.nodes.nodes.filter { $0.isWithin(moved) }
             for node in below { node.zone = zone }
             return below
         }
@@ -767,5 +768,5 @@ final class NodeTable: @unchecked Sendable {
     }
 
     /// Every node in the index now.
-    func all() -> [Node] { state.withLock { Array($0.nodes.values) } }
+    func all() -> [Node] { state.withLock { $0.nodes.nodes } }
 }
