@@ -217,12 +217,13 @@ def containerfs_pid(store):
 
 
 def memory_kib(pid):
-    """VmHWM (peak resident set) and VmRSS of a process, in KiB."""
+    """VmHWM (peak resident set), VmRSS and RssAnon (its private part: heap and stacks, not the
+    pages of the program's files, which the page cache holds anyway) of a process, in KiB."""
     values = {}
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             key, _, rest = line.partition(":")
-            if key in ("VmHWM", "VmRSS"):
+            if key in ("VmHWM", "VmRSS", "RssAnon"):
                 values[key] = int(rest.split()[0])
     return values
 
@@ -566,6 +567,8 @@ WORKLOADS = [
     ("sqlite_rollback", "SQLite rollback journal, {sqlite_rows} single-row transactions", "s", 1, TARGETS),
     ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "hp", "docs"]),
     ("idle_rss", "daemon memory right after mounting (VmRSS)", "MiB", 1 / 1024, ["passthrough", "hp", "docs"]),
+    ("idle_anon", "of which private (RssAnon: heap and stacks, not the program's own pages)", "MiB", 1 / 1024,
+     ["passthrough", "hp", "docs"]),
     ("many_hwm", "daemon peak memory (VmHWM) after listing {many} files", "MiB", 1 / 1024,
      ["passthrough", "hp", "docs"]),
     ("many_per_file", "daemon memory per listed file ((VmHWM after − VmRSS before) / files)", "bytes", 1,
@@ -748,9 +751,9 @@ def main():
         memory["passthrough_idle"] = memory_kib(pt_pid)
         memory["hp_idle"] = memory_kib(hp_pid)
         memory["docs_idle"] = memory_kib(cfs_pid)
-        results.add("passthrough", {"idle_rss": memory["passthrough_idle"]["VmRSS"]})
-        results.add("hp", {"idle_rss": memory["hp_idle"]["VmRSS"]})
-        results.add("docs", {"idle_rss": memory["docs_idle"]["VmRSS"]})
+        for target in ("passthrough", "hp", "docs"):
+            idle = memory[f"{target}_idle"]
+            results.add(target, {"idle_rss": idle["VmRSS"], "idle_anon": idle["RssAnon"]})
         places = {"native": native, "passthrough": pt_mount, "hp": hp_mount,
                   "docs": os.path.join(cfs_mount, APP_ID, "Documents")}
         for rep in range(reps):
