@@ -134,12 +134,19 @@ final class Node: @unchecked Sendable {
 
     /// Runs `body` with the node's write session, under its stripe's lock.
     func withSession<R>(_ body: (inout WriteSession?) -> R) -> R {
+        withFileState(\.session, body)
+    }
+
+    /// Runs `body` with a field of the file state under the session stripe's lock. No state is
+    /// made for a look that leaves the field empty.
+    @inline(__always)
+    private func withFileState<Value, R>(_ field: ReferenceWritableKeyPath<FileState, Value?>,
+                                         _ body: (inout Value?) -> R) -> R {
         Node.sessionLocks[stripe].withLock {
-            if let fileState { return body(&fileState.session) }
-            // No state is made for a look that starts no session.
-            var session: WriteSession?
-            let result = body(&session)
-            if session != nil { madeFileState().session = session }
+            if let fileState { return body(&fileState[keyPath: field]) }
+            var value: Value?
+            let result = body(&value)
+            if value != nil { madeFileState()[keyPath: field] = value }
             return result
         }
     }
@@ -214,13 +221,7 @@ final class Node: @unchecked Sendable {
 
     /// Runs `body` with the version whose pages the kernel may hold, under the stripe's lock.
     func withCachedVersion<R>(_ body: (inout FileVersion?) -> R) -> R {
-        Node.sessionLocks[stripe].withLock {
-            if let fileState { return body(&fileState.cachedVersion) }
-            var version: FileVersion?
-            let result = body(&version)
-            if version != nil { madeFileState().cachedVersion = version }
-            return result
-        }
+        withFileState(\.cachedVersion, body)
     }
 
     var isDirectory: Bool { fileType == S_IFDIR }
