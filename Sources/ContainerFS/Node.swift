@@ -712,7 +712,7 @@ final class NodeTable: @unchecked Sendable {
             guard oldZone != zone else { return [] }
             // Renames move items only between zones whose items' children share the zone (data, tmp items).
             guard moved.isDirectory, zone.isInheritedByChildren else { return [moved] }
-            let below = state.nodes.nodes.filter { $0.isWithin(moved) }
+            let below = state.nodes.all.filter { $0.isWithin(moved) }
             for node in below { node.zone = zone }
             return below
         }
@@ -769,5 +769,5 @@ final class NodeTable: @unchecked Sendable {
     }
 
     /// Every node in the index now.
-    func all() -> [Node] { state.withLock { $0.nodes.nodes } }
+    func all() -> [Node] { state.withLock { $0.nodes.all } }
 }

@@ -30,7 +30,8 @@ struct NodeIndex {
 
     var count: Int { onDevice.count + elsewhere.count }
 
-    var nodes: [Node] { Array(onDevice.values) + Array(elsewhere.values) }
+    /// Every node indexed.
+    var all: [Node] { Array(onDevice.values) + Array(elsewhere.values) }
 
     /// The same index at its present size (a dictionary never shrinks by itself).
     func rebuilt() -> NodeIndex {

@@ -27,7 +27,7 @@ final class NodeIndexTests: XCTestCase {
 
         let rebuilt = index.rebuilt()
         XCTAssertTrue(rebuilt[ownKey] === own && rebuilt[otherKey] === other)
-        XCTAssertEqual(Set(rebuilt.nodes.map(ObjectIdentifier.init)), [ObjectIdentifier(own), ObjectIdentifier(other)])
+        XCTAssertEqual(Set(rebuilt.all.map(ObjectIdentifier.init)), [ObjectIdentifier(own), ObjectIdentifier(other)])
 
         let replacement = node(device: 9, inode: 5)
         XCTAssertTrue(index.updateValue(replacement, forKey: otherKey) === other)
