@@ -8,14 +8,17 @@ unwritten, a change in place synced, a change without truncation, an append with
 fsync, a truncation, an editor's save with and without fsync, a large file's logged change with
 and without fsync, a rename, a hard link, a copy the daemon makes (copy_file_range), an
 allocation, a change through a shared mapping, a rewrite then an unlink, two processes rewriting
-it at once), each
-system call the publish path makes, and a few positions N, strace makes the
+it at once; and on names and directories: an unlink, a mkdir, an rmdir, a new directory with a file
+in it, with and without fsyncs, a directory's rename, alone and over an empty one, a symbolic link),
+each system call the daemon makes for them, and a few positions N, strace makes the
 Nth call of that system call in the daemon fail with EIO while the operation runs. A database-like
 change follows on the same file, unfaulted (open O_RDWR, pwrite, fsync). Then the daemon is killed
 (SIGKILL, a crash: the page cache stays), the store mounted again, and each file checked:
 - a follow-up whose fsync returned must be there;
 - otherwise an operation that reported success must be there whole, and one that failed must have
-  left a whole version, the previous one or the new one.
+  left a whole version, the previous one or the new one; for names and directories, the tree
+  under each name the operation touches (both names of a rename) is compared, and a directory's
+  follow-up is a new file in it, fsync'd.
 Every operation also runs, unfaulted, on a plain directory and on the mount, where it must end with
 what the checks expect: the model is known to be right.
 
@@ -77,13 +80,79 @@ KINDS = {
                    "status = os.waitstatus_to_exitcode(os.waitpid(c, 0)[1])\n"
                    "if status: raise OSError(status, 'the other writer failed')",
 }
+# Operations on names and directories. Their state is the tree under each name they touch
+# (`TREES`): before, after, and what else a failed one may leave.
+CREATE_A = "f = os.open(p + '/a', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.write(f, new); "
+KINDS.update({
+    "unlink": "os.unlink(p)",
+    "mkdir": "os.mkdir(p)",
+    "rmdir": "os.rmdir(p)",
+    "mkdir-file": "os.mkdir(p); " + CREATE_A + "os.close(f)",
+    "dir-fsync": "os.mkdir(p); " + CREATE_A + "os.fsync(f); os.close(f); "
+                 "d = os.open(p, os.O_RDONLY | os.O_DIRECTORY); os.fsync(d); os.close(d)",
+    "rename-dir": "os.rename(p, p + '.moved')",
+    # Over an empty directory, which goes.
+    "rename-dir-over": "os.rename(p, p + '.moved')",
+    "symlink": "os.symlink('target of ' + p, p)",
+})
 CALLS = ["unlinkat", "renameat", "renameat2", "linkat", "fsync", "fdatasync", "sync_file_range", "ftruncate",
-         "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl", "fallocate", "ioctl"]
+         "fchmod", "fchown", "utimensat", "openat", "pwrite64", "copy_file_range", "fcntl", "fallocate", "ioctl",
+         "mkdirat", "symlinkat", "fchownat"]
 FOLLOW_UP = "in-place-fsync"
+# A directory's follow-up: a new file in it, synced.
+FOLLOW_UP_IN = "f = os.open(p + '/follow', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644); os.write(f, new); os.fsync(f); os.close(f)"
+KINDS["follow-in"] = FOLLOW_UP_IN
+
+
+def trees(kind, old, new, path):
+    """A tree kind's states, each a tuple of what its names hold (`tree`): before, after, and the
+    others a failure may leave; None for a file kind."""
+    a = lambda content: (("a", content),)
+    return {
+        "rename": ((old, None), (None, old), []),
+        "unlink": ((old,), (None,), []),
+        "mkdir": ((None,), ((),), []),
+        "rmdir": (((),), (None,), []),
+        "mkdir-file": ((None,), (a(new),), [((),), (a(b""),)]),
+        "dir-fsync": ((None,), (a(new),), [((),), (a(b""),)]),
+        "rename-dir": ((a(old), None), (None, a(old)), []),
+        "rename-dir-over": ((a(old), ()), (None, a(old)), []),
+        "symlink": ((None,), (("->", "target of " + path),), []),
+    }.get(kind)
+
+
+def is_directory(state):
+    return isinstance(state, tuple) and (not state or state[0] != "->")
+
+
+def followed(state, follow):
+    """`state` after its follow-up wrote `follow`: over a file's start, or as a new file in a directory."""
+    if isinstance(state, bytes):
+        return follow + state[len(follow):]
+    return tuple(sorted(state + (("follow", follow),)))
+
+
+def names(kind, path):
+    """The names a kind's state covers."""
+    return (path, path + ".moved") if kind.startswith("rename") else (path,)
+
+
+def tree(path):
+    """None for nothing, a file's bytes, ("->", target) for a symbolic link, a directory's sorted
+    ((name, tree), ...)."""
+    if os.path.islink(path):
+        return ("->", os.readlink(path))
+    if os.path.isdir(path):
+        return tuple(sorted((name, tree(os.path.join(path, name))) for name in os.listdir(path)))
+    return read(path)
 
 
 def creates(kind):
     return kind.startswith("create")
+
+
+def is_tree(kind):
+    return trees(kind, b"", b"", "") is not None
 
 
 def expected(kind, old, new):
@@ -92,13 +161,35 @@ def expected(kind, old, new):
         return b"" if kind == "create-unwritten" else new
     if kind in ("in-place-fsync", "change", "large-change", "large-change-fsync", "mmap"):
         return new + old[len(new):]
-    return {"append": old + new, "append-fsync": old + new, "truncate": old[:5], "rename": old, "link": old,
+    return {"append": old + new, "append-fsync": old + new, "truncate": old[:5], "link": old,
             "fallocate": old + bytes(4096), "rewrite-unlink": None}.get(kind, new)
 
 
 def target(kind, path):
     """Where the operation leaves the file: a rename moves it."""
-    return path + ".moved" if kind == "rename" else path
+    return path + ".moved" if kind.startswith("rename") else path
+
+
+def follow_up(kind):
+    """The fsync'd change that follows `kind` on its target, unfaulted: in place for a file, a new
+    file in a directory; None where the operation leaves nothing to change."""
+    last = trees(kind, b"", b"", "")[1][-1] if is_tree(kind) else b""
+    return FOLLOW_UP if isinstance(last, bytes) else "follow-in" if is_directory(last) else None
+
+
+def make(path, state):
+    """Makes `state` (as `tree` reads it) at `path`."""
+    if state is None:
+        return
+    if isinstance(state, bytes):
+        with open(path, "wb") as file:
+            file.write(state)
+    elif state and state[0] == "->":
+        os.symlink(state[1], path)
+    else:
+        os.mkdir(path)
+        for name, inner in state:
+            make(os.path.join(path, name), inner)
 
 
 def start(kind, path, new, timeout=30):
@@ -125,12 +216,17 @@ class Case:
     def __init__(self, number, kind, call, nth, folder):
         self.kind, self.call, self.nth = kind, call, nth
         self.path = os.path.join(folder, "f%d" % number)
-        self.old = b"" if creates(kind) else ("old version %d, " % number).encode() * (5000 if kind.startswith("large") else 4)
+        self.old = ("old version %d" % number).encode() if is_tree(kind) else b"" if creates(kind) else ("old version %d, " % number).encode() * (5000 if kind.startswith("large") else 4)
         self.new = ("NEW %d" % number).encode()
         self.follow = ("FOLLOW-UP %d" % number).encode()
         self.result = self.followed = self.injected = None
 
     def prepare(self):
+        if is_tree(self.kind):
+            before = trees(self.kind, self.old, self.new, self.path)[0]
+            for name, state in zip(names(self.kind, self.path), before):
+                make(name, state)
+            return
         if not creates(self.kind):
             with open(self.path, "wb") as file:
                 file.write(self.old)
@@ -138,17 +234,38 @@ class Case:
             with open(self.path + ".source", "wb") as file:
                 file.write(self.new)
 
+    def observe(self, folder, into):
+        """What the case's names hold when its folder is seen as `into`: the file's content, or a
+        tree kind's state."""
+        seen = lambda path: os.path.join(into, os.path.relpath(path, folder))
+        if is_tree(self.kind):
+            return tuple(tree(seen(name)) for name in names(self.kind, self.path))
+        return read(seen(target(self.kind, self.path)))
+
     def problem(self, found):
-        """What is wrong with finding `found` in the file after the crash, or None."""
+        """What is wrong with finding `found` after the crash, or None."""
+        if is_tree(self.kind):
+            return self.tree_problem(found)
         if self.followed == "ok":
             return None if found is not None and found.startswith(self.follow) else "the fsync'd follow-up is lost"
         wanted = expected(self.kind, self.old, self.new)
         if self.result == "ok":
             return None if found == wanted else "what the operation said it did is lost"
-        whole = [self.old, wanted] + ([None] if creates(self.kind) or self.kind == "rename" else [])
+        whole = [self.old, wanted] + ([None] if creates(self.kind) else [])
         if self.kind == "rewrite-unlink":
             whole.append(self.new)
         return None if found in whole else "neither version whole"
+
+    def tree_problem(self, found):
+        before, after, others = trees(self.kind, self.old, self.new, self.path)
+        whole = [after] if self.result == "ok" else [before, after] + others
+        if self.followed == "ok":
+            whole = [state[:-1] + (followed(state[-1], self.follow),) for state in whole if state[-1] is not None]
+        if found in whole:
+            return None
+        if self.followed == "ok":
+            return "the fsync'd follow-up is lost"
+        return "what the operation said it did is lost" if self.result == "ok" else "neither state whole"
 
     def __str__(self):
         return "%s, %s #%s failed (%d injected): %s, follow-up %s" % (self.kind, self.call, self.nth, self.injected or 0,
@@ -161,11 +278,14 @@ def model_holds(image_folder, scratch):
     for place, folder in (("plain directory", scratch), ("mount", image_folder)):
         os.makedirs(folder, exist_ok=True)
         for number, kind in enumerate(KINDS):
+            if kind == "follow-in":
+                continue
             case = Case(number, kind, "-", 0, folder)
             case.prepare()
             result = operate(kind, case.path, case.new)
-            found = read(target(kind, case.path))
-            if result != "ok" or found != expected(kind, case.old, case.new):
+            found = case.observe(folder, folder)
+            wanted = trees(kind, case.old, case.new, case.path)[1] if is_tree(kind) else expected(kind, case.old, case.new)
+            if result != "ok" or found != wanted:
                 problems.append("%s: %s gave %s, %r" % (place, kind, result, found))
     return problems
 
@@ -209,7 +329,8 @@ def sweep(image, cases, follow, together=1):
             injected = sum("INJECTED" in line for line in lines)
         for case in group:
             case.injected = injected
-            case.followed = operate(FOLLOW_UP, target(case.kind, case.path), case.follow) if follow else "not made"
+            then = follow_up(case.kind) if follow else None
+            case.followed = operate(then, target(case.kind, case.path), case.follow) if then else "not made"
         if image.daemon.poll() is not None:
             raise RuntimeError("the daemon died at " + ", ".join(map(str, group)))
     time.sleep(1)
@@ -221,7 +342,7 @@ def sweep(image, cases, follow, together=1):
     served = image.start()
     bad = []
     for case in cases:
-        problem = case.problem(read(os.path.join(served, os.path.relpath(target(case.kind, case.path), folder))))
+        problem = case.problem(case.observe(folder, served))
         if problem or case.result in ("hung",) or case.result.startswith("crashed"):
             bad.append("%s: %s" % (case, problem or case.result))
     problem = image.unmount()
@@ -233,11 +354,11 @@ def sweep(image, cases, follow, together=1):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--binary", default=os.path.join(os.path.dirname(__file__), "..", ".build", "debug", "containerfs"))
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--kinds", default=",".join(kind for kind in KINDS if kind != "follow-in"))
     parser.add_argument("--calls", default=",".join(CALLS))
     parser.add_argument("--nths", default="1,2,4")
     parser.add_argument("--no-follow", action="store_true", help="no fsync'd change in place after each operation")
-    parser.add_argument("--quick", action="store_true", help="the calls that remove and rename, first call only")
+    parser.add_argument("--quick", action="store_true", help="the calls that make, remove and rename names, first call only")
     parser.add_argument("--pairs", action="store_true",
                         help="each case at once with a case of the next kind, on another file, under the same fault")
     arguments = parser.parse_args()
@@ -250,8 +371,8 @@ def main():
     if not all(n.rstrip("+").isdigit() and int(n.rstrip("+")) > 0 for n in nths):
         sys.exit("faultsweep: --nths takes positive numbers, each with an optional + (%s)" % arguments.nths)
     if arguments.quick:
-        calls, nths = ["unlinkat", "renameat", "renameat2", "linkat"], ["1"]
-    unknown = [kind for kind in kinds if kind not in KINDS]
+        calls, nths = ["unlinkat", "renameat", "renameat2", "linkat", "mkdirat"], ["1"]
+    unknown = [kind for kind in kinds if kind not in KINDS or kind == "follow-in"]
     if unknown:
         sys.exit("faultsweep: unknown kinds %s (known: %s)" % (", ".join(unknown), ", ".join(KINDS)))
     root = tempfile.mkdtemp(prefix="containerfs-faultsweep.")

@@ -26,9 +26,9 @@ final class PowerLossTests: XCTestCase {
     }
 
     /// The quick part of the fault sweep (scripts/faultsweep.sh runs all of it): the first call of
-    /// each system call that removes or renames fails in the daemon during each kind of operation,
-    /// an fsync'd change in place follows, the daemon crashes: what it reported holds after the
-    /// next mount.
+    /// each system call that makes, removes or renames a name fails in the daemon during each kind
+    /// of operation (on files, names and directories), an fsync'd change follows, the daemon
+    /// crashes: what it reported holds after the next mount.
     func testOneFailedCallLosesNothingTheDaemonReportedDone() throws {
         guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
         let output = try harness("faultsweep.py", "--quick")
