@@ -46,6 +46,9 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fallocate(fd, mode, offset, length); }
+int clinux_contains(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
+    return memmem(haystack, haystack_length, needle, needle_length) != NULL;
+}
 int clinux_write_data_and_wait(int fd) {
     return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 }

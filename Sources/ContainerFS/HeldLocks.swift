@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 import Glibc
 
@@ -15,7 +16,11 @@ struct HeldLocks: Sendable {
             return digits.count < 2 ? "0" + digits : digits
         }
         device = hex(major) + ":" + hex(minor)
+        needlePrefix = Array(" \(device):".utf8)
     }
+
+    /// " DEVICE:", which an inode's digits and a space follow in its locks' lines (at most 19 bytes).
+    private let needlePrefix: [UInt8]
 
     /// The locks of the mount at `mountPoint` (the last one there), whose device
     /// /proc/self/mountinfo tells; nil if it does not.
@@ -41,26 +46,59 @@ struct HeldLocks: Sendable {
 
     /// Whether /proc/locks lists a lock (held or waited for) on the mount's inode `inode`.
     func held(on inode: UInt64) -> Bool {
-        guard let file = fopen("/proc/locks", "r") else { return false }
-        defer { fclose(file) }
-        var text: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count <= 0 { break }
-            text += buffer[..<count]
+        let file = Glibc.open("/proc/locks", O_RDONLY | O_CLOEXEC)
+        guard file >= 0 else { return false }
+        defer { close(file) }
+        return lists(inode) { Glibc.read(file, $0, $1) }
+    }
+
+    /// Whether `locks`, the text of /proc/locks, lists a lock on the mount's inode `inode`, read
+    /// `piece` bytes at a time.
+    func lists(_ inode: UInt64, in locks: String, piece: Int = .max, chunk: Int = 16384) -> Bool {
+        let bytes = Array(locks.utf8)
+        var offset = 0
+        return lists(inode, chunk: chunk) { destination, count in
+            let taken = min(count, piece, bytes.count - offset)
+            bytes.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + offset, byteCount: taken) }
+            offset += taken
+            return taken
         }
-        return lists(inode, in: text)
     }
 
-    /// Whether `locks`, the text of /proc/locks, lists a lock on the mount's inode `inode`.
-    func lists(_ inode: UInt64, in locks: String) -> Bool {
-        lists(inode, in: Array(locks.utf8))
-    }
-
-    /// `lists` on the bytes read, searched as they are: a writer's open of an open file asks, and
-    /// the listing holds every lock on the machine. Each lock's `DEVICE:INODE` stands between spaces.
-    private func lists(_ inode: UInt64, in locks: [UInt8]) -> Bool {
-        locks.firstRange(of: Array(" \(device):\(inode) ".utf8)) != nil
+    /// Whether the text `read` gives (as read(2) does: a count, 0 at its end, -1 with errno set)
+    /// lists a lock on the mount's inode `inode`. Searched as it comes, in `chunk` bytes of the
+    /// stack: a writer's open of an open file asks, and the listing holds every lock on the machine.
+    func lists(_ inode: UInt64, chunk: Int = 16384, reading read: (UnsafeMutableRawPointer, Int) -> Int) -> Bool {
+        // The prefix, 20 digits at most and a space.
+        let needleSpace = 48
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: needleSpace + chunk) { memory in
+            // Each lock's `DEVICE:INODE` stands between spaces: " DEVICE:INODE ".
+            let needle = memory.baseAddress!
+            needlePrefix.withUnsafeBufferPointer { needle.update(from: $0.baseAddress!, count: $0.count) }
+            var length = needlePrefix.count
+            let digits = length
+            var rest = inode
+            repeat {
+                needle[length] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                length += 1
+            } while rest > 0
+            var reversed = UnsafeMutableBufferPointer(rebasing: memory[digits..<length])
+            reversed.reverse()
+            needle[length] = UInt8(ascii: " ")
+            length += 1
+            let text = needle + needleSpace
+            // The end of each piece read stays for the next: a lock's line may straddle them.
+            var kept = 0
+            while true {
+                let count = read(text + kept, chunk - kept)
+                if count < 0, errno == EINTR { continue }
+                guard count > 0 else { return false }
+                let filled = kept + count
+                if clinux_contains(text, filled, needle, length) != 0 { return true }
+                kept = min(length - 1, filled)
+                memmove(text, text + filled - kept, kept)
+            }
+        }
     }
 }

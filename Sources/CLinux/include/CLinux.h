@@ -27,6 +27,8 @@ int clinux_spawn_close_from(void *actions, int lowest);
 int clinux_leads_thread_group(int thread);
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
+/// Whether `needle` occurs in `haystack` (memmem).
+int clinux_contains(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 /// Writes the file's dirty data and waits for the writes to end (sync_file_range over the whole
 /// file: WAIT_BEFORE, WRITE, WAIT_AFTER). No cache flush, no journal commit. 0, or -1 with errno.
 int clinux_write_data_and_wait(int fd);
