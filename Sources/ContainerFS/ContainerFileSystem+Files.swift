@@ -25,13 +25,14 @@ extension ContainerFileSystem {
         guard sealAllowsReading(node) else { return request.reply(error: EIO) }
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
-        guard !isStale(node) else { return request.reply(error: ESTALE) }
+        let named = attributesIfMayBeStale(node)
+        guard (named?.1 ?? 0) == 0 else { return request.reply(error: ESTALE) }
         guard let charge = nodes.chargeHandle(for: request.caller.uid) else { return request.reply(error: EMFILE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
         // A writer that does not truncate shares the file live, and so does every open while it does.
         let live = writing && Sharing.opensLive(flags)
-        let inPlace = live || writesInPlace(node) || writing && isLocked(node)
+        let inPlace = live || writesInPlace(node, seen: node.holdsItem ? nil : named?.0) || writing && isLocked(node)
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place
         // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
@@ -116,12 +117,14 @@ extension ContainerFileSystem {
         request.reply(error: error)
     }
 
-    /// Whether the node lost its file behind the daemon's back: the name it was last seen under
-    /// leads to no file, or to another. A node that lost its name through the mount (an unlink, a
-    /// rename over it) holds its file, and an open racing that opens it, as on a local disk. A
-    /// detached node holds its file too, but opens by name get it only while the name leads there.
-    private func isStale(_ node: Node) -> Bool {
-        node.isRegularFile && (!node.holdsItem || node.isDetached) && !node.isReachableByName
+    /// What an open needs to know whether the node lost its file behind the daemon's back: the
+    /// attributes by name (ESTALE when the name it was last seen under leads to no file, or to
+    /// another), or nil. A node that lost its name through the mount (an unlink, a rename over it)
+    /// holds its file, and an open racing that opens it, as on a local disk. A detached node holds
+    /// its file too, but opens by name get it only while the name leads there.
+    private func attributesIfMayBeStale(_ node: Node) -> (stat, Int32)? {
+        guard node.isRegularFile, !node.holdsItem || node.isDetached else { return nil }
+        return node.attributesByName()
     }
 
     /// Whether a writer (a session starting on `node`, none running) must leave the node to the
@@ -285,7 +288,7 @@ extension ContainerFileSystem {
                 // close, and only then do presenters hear that the file appeared.
                 var sessionError: Int32 = 0
                 var writtenNode = node
-                if !(made && self.startFreshSession(of: node, file: descriptor, spareName: spareName, by: caller.pid,
+                if !(made && self.startFreshSession(of: node, file: descriptor, key: key, spareName: spareName, by: caller.pid,
                                                     announcing: access)) {
                     close(descriptor)
                     self.shadows.dropSpareLink(spareName)
@@ -379,12 +382,12 @@ extension ContainerFileSystem {
 
     /// Starts the write session of a file that `create` made, writing it in place until its first
     /// publish or until someone else opens it (`endFreshSession`). False if a session runs already.
-    private func startFreshSession(of node: Node, file: Int32, spareName: [CChar], by creator: pid_t,
+    private func startFreshSession(of node: Node, file: Int32, key: BackingKey, spareName: [CChar], by creator: pid_t,
                                    announcing creation: CoordinatedAccess) -> Bool {
         node.withSession { current in
             guard current == nil else { return false }
             let session = WriteSession()
-            guard shadows.adoptFresh(session, file: file, spareName: spareName) == 0 else { return false }
+            guard shadows.adoptFresh(session, file: file, key: key, spareName: spareName) == 0 else { return false }
             session.access = creation
             session.announcesCreation = true
             session.writers = 1

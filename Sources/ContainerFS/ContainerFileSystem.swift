@@ -393,11 +393,11 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// Whether writes to `node` go straight to the file: tmp and Caches, live files (`Sharing`),
     /// hard-linked files (a rename would part the links), files whose node holds them because they
     /// have no name to publish under (unlinked, or unnamed: O_TMPFILE), and items opted out with
-    /// `inPlaceAttribute`.
-    func writesInPlace(_ node: Node) -> Bool {
+    /// `inPlaceAttribute`. `seen`: the node's attributes, read just now by the caller.
+    func writesInPlace(_ node: Node, seen: stat? = nil) -> Bool {
         guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
         if node.holdsItem, !node.isDetached { return true }
-        let (attributes, error) = node.attributes()
+        let (attributes, error) = seen.map { ($0, 0) } ?? node.attributes()
         if error == 0, attributes.st_nlink > 1, userLinks(of: node, attributes) > 1 { return true }
         return optsIntoInPlace(node, generation: inPlaceGeneration.load(ordering: .acquiring))
     }

@@ -303,7 +303,8 @@ final class Node: @unchecked Sendable {
     fileprivate func markDetached() -> Bool {
         guard !detachedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return false }
         guard !holdsItem else { return true }
-        let descriptor = openByName()
+        var attributes = stat()
+        let descriptor = openByName(&attributes)
         if descriptor >= 0, !pin(descriptor) { close(descriptor) }
         return true
     }
@@ -325,10 +326,9 @@ final class Node: @unchecked Sendable {
         return attributesByName()
     }
 
-    /// Whether the name the node was last seen under still leads to its backing file.
-    var isReachableByName: Bool { attributesByName().1 == 0 }
-
-    private func attributesByName() -> (stat, Int32) {
+    /// The attributes of the file the name the node was last seen under leads to: ESTALE unless
+    /// that is still the node's backing file.
+    func attributesByName() -> (stat, Int32) {
         var place = place
         var attributes = stat()
         // A publish (or a rename through the mount) may move the node on between the look at its
@@ -352,9 +352,25 @@ final class Node: @unchecked Sendable {
     func withDescriptor<R: SignedInteger>(_ body: (Int32) -> R) -> R {
         let held = held
         if held >= 0 { return body(held) }
-        let descriptor = openByName()
+        return withOpenedByName { descriptor, _ in body(descriptor) }
+    }
+
+    /// `withDescriptor`, with the item's attributes: those its check read, or an `fstat` of the
+    /// descriptor the node holds.
+    func withItem<R: SignedInteger>(_ body: (Int32, stat) -> R) -> R {
+        let held = held
+        guard held < 0 else {
+            var attributes = stat()
+            return fstat(held, &attributes) == 0 ? body(held, attributes) : -1
+        }
+        return withOpenedByName(body)
+    }
+
+    private func withOpenedByName<R: SignedInteger>(_ body: (Int32, stat) -> R) -> R {
+        var attributes = stat()
+        let descriptor = openByName(&attributes)
         guard descriptor >= 0 else { return -1 }
-        let result = body(descriptor)
+        let result = body(descriptor, attributes)
         let error = errno
         close(descriptor)
         errno = error
@@ -374,7 +390,9 @@ final class Node: @unchecked Sendable {
         return pinned.compareExchange(expected: -1, desired: descriptor, ordering: .acquiringAndReleasing).exchanged
     }
 
-    private func openByName() -> Int32 {
+    /// An `O_PATH` descriptor on the item, opened by name and checked to be the node's file (with
+    /// the attributes the check read), or -1 with errno set (ESTALE if the name leads elsewhere).
+    private func openByName(_ attributes: inout stat) -> Int32 {
         let place = place
         guard let parent = place.parent, !evicted.load(ordering: .acquiring) else {
             errno = ESTALE
@@ -385,7 +403,6 @@ final class Node: @unchecked Sendable {
             if errno == ENOENT { errno = ESTALE }
             return -1
         }
-        var attributes = stat()
         guard fstat(descriptor, &attributes) == 0, place.isMine(BackingKey(attributes)) else {
             close(descriptor)
             errno = ESTALE

@@ -310,26 +310,20 @@ final class Shadows: @unchecked Sendable {
         return name
     }
 
-    /// Makes `file`, a file just created empty and opened for reading and writing, the fresh
-    /// shadow of `session`. Its mark is a second link in the shadow directory: `spareName` renamed,
-    /// when it was made from a spare, or a new link.
-    func adoptFresh(_ session: WriteSession, file: Int32, spareName: [CChar]) -> Int32 {
+    /// Makes `file` (`key`), a file just created empty and opened for reading and writing, the
+    /// fresh shadow of `session`. Its mark is a second link in the shadow directory: `spareName`
+    /// renamed, when it was made from a spare, or a new link.
+    func adoptFresh(_ session: WriteSession, file: Int32, key: BackingKey, spareName: [CChar]) -> Int32 {
         let name = nextName("fresh-")
         let marked = spareName.isEmpty
             ? Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
             : renameat(directory, spareName, directory, name)
         guard marked == 0 else { return errno }
-        var attributes = stat()
-        guard fstat(file, &attributes) == 0 else {
-            let error = errno
-            unlinkat(directory, name, 0)
-            return error
-        }
         session.shadow = file
         session.shadowName = name
         session.fresh = true
-        session.markKey = BackingKey(attributes)
-        unsynced.linked(BackingKey(attributes))
+        session.markKey = key
+        unsynced.linked(key)
         return 0
     }
 
@@ -374,9 +368,7 @@ final class Shadows: @unchecked Sendable {
     private func fill(_ shadow: Int32, from node: Node, copyingData: Bool, mayLog: Bool = false) -> (Int32, LoggedRewrite?) {
         var logged: LoggedRewrite?
         // An empty shadow needs only the file's attributes, which its O_PATH descriptor gives.
-        let error = node.withDescriptor { descriptor -> Int32 in
-            var attributes = stat()
-            guard fstat(descriptor, &attributes) == 0 else { return errno }
+        let error = node.withItem { descriptor, attributes -> Int32 in
             if copyingData, attributes.st_size > 0 {
                 let (error, log) = fillData(shadow, from: descriptor, size: attributes.st_size, mayLog: mayLog)
                 if error != 0 { return error }
