@@ -327,26 +327,79 @@ private final class FileSystemReference: @unchecked Sendable {
     weak var fileSystem: ContainerFileSystem?
 }
 
-/// Where a daemon's control socket lives: /run/containerfs for root, else the user's runtime directory.
+/// Where a daemon's control socket lives: /run/containerfs for root, else the user's runtime
+/// directory. Named by the daemon's pid and its process namespace (`PID-NAMESPACE.sock`): daemons
+/// in namespaces of their own share pids (each may be 1). Clients find a socket through the
+/// mount (`MountLocator`), never by its name.
 enum ControlSocket {
     static func path(for pid: pid_t) throws -> String {
         let environment = ProcessInfo.processInfo.environment
-        let directory: String
+        let wanted: String
         if geteuid() == 0 {
-            directory = "/run/containerfs"
+            wanted = "/run/containerfs"
         } else if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
-            directory = runtime + "/containerfs"
+            wanted = runtime + "/containerfs"
         } else {
-            directory = "/tmp/containerfs-\(geteuid())"
+            wanted = "/tmp/containerfs-\(geteuid())"
         }
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o755])
-        // Sockets left by daemons that were killed.
+        let directory = try ownDirectory(wanted)
+        let namespace = processNamespace()
+        removeStale(in: directory, namespace: namespace)
+        return directory + "/" + (namespace.map { "\(pid)-\($0).sock" } ?? "\(pid).sock")
+    }
+
+    /// `path`, made if missing, when it is a directory of this user's that no one else may write;
+    /// else a new directory beside it (`path-XXXXXX`): a user who made /tmp/containerfs-UID first
+    /// could otherwise put a socket of their own in the daemon's place, and hear its clients.
+    static func ownDirectory(_ path: String) throws -> String {
+        let parent = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
+        if mkdir(path, 0o755) != 0, errno != EEXIST { throw directoryError(path) }
+        var attributes = stat()
+        if lstat(path, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFDIR, attributes.st_uid == geteuid(),
+           attributes.st_mode & 0o022 == 0 {
+            return path
+        }
+        var template = Array((path + "-XXXXXX").utf8CString)
+        guard mkdtemp(&template) != nil else { throw directoryError(path + "-XXXXXX") }
+        return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    private static func directoryError(_ path: String) -> ContainerError {
+        ContainerError("\(path): cannot make the control socket's directory (\(String(cString: strerror(errno)))).")
+    }
+
+    /// The inode number of this process's pid namespace (`/proc/self/ns/pid`); nil without /proc.
+    static func processNamespace() -> UInt64? {
+        var attributes = stat()
+        return stat("/proc/self/ns/pid", &attributes) == 0 ? UInt64(attributes.st_ino) : nil
+    }
+
+    /// Removes the sockets of daemons that were killed: one named in this namespace whose pid is
+    /// gone, and any other that refuses connections and was made more than `settle` seconds ago (a
+    /// daemon binds, then listens). A pid of another namespace means nothing here: a daemon in a
+    /// namespace of its own sees no process outside it, and took every other daemon's socket.
+    static func removeStale(in directory: String, namespace: UInt64?, settle: Int = 10) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasSuffix(".sock") {
-            if let owner = pid_t(name.dropLast(5)), kill(owner, 0) != 0, errno == ESRCH {
-                unlink(directory + "/" + name)
+            let path = directory + "/" + name
+            let parts = name.dropLast(5).split(separator: "-")
+            if parts.count == 2, let owner = pid_t(parts[0]), let space = UInt64(parts[1]), space == namespace {
+                if kill(owner, 0) != 0, errno == ESRCH { unlink(path) }
+            } else if refusesConnections(path, settledFor: settle) {
+                unlink(path)
             }
         }
-        return directory + "/\(pid).sock"
+    }
+
+    /// Whether the socket at `path`, made more than `seconds` ago, has no one listening.
+    static func refusesConnections(_ path: String, settledFor seconds: Int) -> Bool {
+        var attributes = stat()
+        guard lstat(path, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFSOCK,
+              attributes.st_ctim.tv_sec + seconds <= time(nil) else { return false }
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return false }
+        defer { close(probe) }
+        return withSocketAddress(path) { connect(probe, $0, $1) } != 0 && errno == ECONNREFUSED
     }
 }
+

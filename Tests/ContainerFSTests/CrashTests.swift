@@ -1,4 +1,5 @@
 import Containers
+@testable import ContainerFS
 import Foundation
 import Glibc
 import XCTest
@@ -48,6 +49,8 @@ final class CrashTests: MountedTestCase {
         }
         usleep(800_000)
         let deadDaemon = mounted.daemonPID!
+        let deadSocket = "/run/containerfs/\(deadDaemon)-\(try XCTUnwrap(ControlSocket.processNamespace())).sock"
+        XCTAssertTrue(FileManager.default.fileExists(atPath: deadSocket), "the daemon's control socket")
         mounted.crashDaemon()
         for process in writers {
             let deadline = Date().addingTimeInterval(10)
@@ -79,7 +82,7 @@ final class CrashTests: MountedTestCase {
         XCTAssertGreaterThan(rewritten, 0, "the writers had published something before the crash")
         XCTAssertFalse(FileManager.default.fileExists(atPath: mounted.store.workPath + "/shadows/\(deadDaemon)"),
                        "the dead daemon's shadows are removed at the next mount")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: "/run/containerfs/\(deadDaemon).sock"),
+        XCTAssertFalse(FileManager.default.fileExists(atPath: deadSocket),
                        "and so is its control socket")
         let check = Shell.run("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))")
         XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")

@@ -1,4 +1,6 @@
+import CLinux
 import Containers
+import Coordination
 import Foundation
 import Glibc
 import XCTest
@@ -571,6 +573,55 @@ final class MountCommandTests: XCTestCase {
         XCTAssertFalse(isMounted)
         // The daemon had exited when unmount returned; unshare follows it at once.
         XCTAssertTrue(waitUntil({ !daemon.isRunning }, seconds: 2), "the daemon exited")
+    }
+
+    /// Two daemons in process namespaces of their own (each pid 1 there) mount beside one of the
+    /// machine's, and no daemon takes another's control socket: a starting daemon took every
+    /// socket whose pid it could not see for a dead daemon's (so one in a namespace removed every
+    /// other daemon's, and their clients could not coordinate), and the second namespace's daemon
+    /// found its socket's name (1.sock) taken and did not mount.
+    func testDaemonsInProcessNamespacesKeepEveryDaemonsControlSocket() throws {
+        try XCTSkipIf(geteuid() != 0, "a process namespace needs root")
+        try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
+        func socketPath(of mount: String) -> String? {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let length = clinux_getxattr(mount, "user.containerfs.control-socket", &buffer, buffer.count)
+            return length > 0 ? String(decoding: buffer.prefix(length).prefix { $0 != 0 }, as: UTF8.self) : nil
+        }
+        func answers(_ path: String) -> Bool {
+            let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(probe) }
+            return withSocketAddress(path) { connect(probe, $0, $1) } == 0
+        }
+        _ = mountedDocuments(of: try Store.open(storePath))
+        let machines = try XCTUnwrap(socketPath(of: mountPoint))
+        XCTAssertTrue(answers(machines))
+        var sockets: [String] = []
+        for index in 1...2 {
+            let store = try Store.openOrCreate(scratch.path + "/store-\(index)")
+            try SampleApps.install(into: store, scratch: scratch.appendingPathComponent("bundles-\(index)"))
+            let point = scratch.path + "/mnt-\(index)"
+            try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+            let daemon = Process()
+            daemon.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+            daemon.arguments = ["--pid", "--fork", "--kill-child", MountedStore.executable, "mount", "--foreground", store.root, point]
+            daemon.standardOutput = FileHandle.nullDevice
+            daemon.standardError = FileHandle.nullDevice
+            try daemon.run()
+            let mounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ") }
+            addTeardownBlock {
+                if mounted() { _ = Shell.run("fusermount3 -u -z \(Shell.quote(point))") }
+                daemon.terminate()
+                daemon.waitUntilExit()
+            }
+            XCTAssertTrue(waitUntil(mounted), "the daemon in namespace \(index) mounted")
+            guard mounted(), let socket = socketPath(of: point) else { continue }
+            XCTAssertTrue(answers(socket), "namespace \(index)'s daemon answers at \(socket)")
+            sockets.append(socket)
+        }
+        XCTAssertEqual(Set(sockets).count, 2, "two sockets: \(sockets)")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: machines), "the machine's daemon keeps its socket")
+        XCTAssertTrue(answers(machines), "and answers there")
     }
 
     /// A daemon that does not answer (stopped here; hung alike) is unmounted all the same: unmount

@@ -238,7 +238,7 @@ struct Unmount: ParsableCommand {
 
     /// The daemon serving `mountPoint`, as the kernel names it to its control socket's callers;
     /// nil if the mount does not say, or if the daemon runs in a process namespace this command
-    /// does not see into (the socket's name, `PID.sock`, holds its pid there, not here).
+    /// does not see into (the socket's name, `PID-NAMESPACE.sock`, holds its pid there, not here).
     private static func daemon(serving mountPoint: String) -> pid_t? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         let length = clinux_getxattr(mountPoint, MountLocator.socketAttribute, &buffer, buffer.count)
