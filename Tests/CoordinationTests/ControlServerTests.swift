@@ -386,6 +386,10 @@ final class ControlServerTests: XCTestCase {
         guard case .presenterMessage(let asked)? = try editor.receive() else { return XCTFail("the editor was not asked") }
         XCTAssertEqual(asked.message, .relinquishPresentedItemToReader)
         try writer.send(.cancel(.init(requestID: 4)))
+        // A status request's answer on the writer's connection comes after its cancel took effect:
+        // a reply handled first, on the editor's, would grant the access before the cancel.
+        try writer.send(.statusRequest)
+        guard case .statusReply? = try writer.receive() else { return XCTFail("no status") }
         try editor.send(.presenterReply(.init(messageID: asked.messageID)))
         var heard: [PresenterMessage] = []
         while let message = try editor.receive(timeout: 0.5) {
