@@ -42,9 +42,20 @@ struct WatchCommand: ParsableCommand {
         var presenters: [WatchPresenter] = []
         for path in paths {
             let url = URL(fileURLWithPath: path).standardizedFileURL
-            if MountLocator().locate(url) == nil && !allowOutsideMount {
+            let location = MountLocator().locate(url)
+            if location == nil && !allowOutsideMount {
                 printError("\(path) is not in a ContainerFS mount (it has no user.containerfs.control-socket attribute); nothing would be heard.")
                 throw ExitCode(1)
+            }
+            // The library registers presenters whenever it can reach the daemon; a watcher that
+            // cannot now would sit hearing nothing.
+            if let location {
+                do {
+                    try ControlClient(socketPath: location.socketPath, clientName: "containerfs watch").close()
+                } catch {
+                    printError("containerfs watch: \(error); nothing would be heard from \(path).")
+                    throw ExitCode(1)
+                }
             }
             let presenter = WatchPresenter(url: url, output: output, onSave: onSave, onRelinquish: onRelinquish)
             FileCoordinator.addFilePresenter(presenter)
