@@ -27,16 +27,29 @@ public enum MountRegistry {
         let directory = try store.makeWorkDirectory("mounts")
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
-        let descriptor = openat(directory.fd, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o644)
+        // Emptied only once locked: a record by this name that someone holds is a live daemon's.
+        let descriptor = openat(directory.fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o644)
         guard descriptor >= 0 else { throw posixError("open", path) }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            let error = posixError("lock", path)
+            let error = errno == EWOULDBLOCK
+                ? ContainerError("""
+                    \(path): a daemon with pid \(mount.pid) serves this store already, in another process \
+                    namespace (records are named by pid): mount the store from that namespace, or from one \
+                    whose daemons' pids differ.
+                    """)
+                : posixError("lock", path)
             close(descriptor)
             throw error
         }
         let data = try JSONEncoder().encode(mount)
         // Others read the record to find the mount: a short or failed write is an error.
-        let written = data.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard ftruncate(descriptor, 0) == 0 else {
+            let error = posixError("truncate", path)
+            close(descriptor)
+            unlinkat(directory.fd, name, 0)
+            throw error
+        }
+        let written = data.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
         guard written == data.count else {
             let error = written < 0 ? posixError("write", path) : ContainerError("\(path): short write")
             close(descriptor)

@@ -624,6 +624,53 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(answers(machines), "and answers there")
     }
 
+    /// A second daemon for the store from another process namespace, with the same pid there,
+    /// fails with a message that says why, and leaves the first daemon's record whole: it emptied
+    /// the record before it found it locked, and every later mount of the store failed on it.
+    func testASecondDaemonWithTheSamePidElsewhereLeavesTheFirstsRecord() throws {
+        try XCTSkipIf(geteuid() != 0, "a process namespace needs root")
+        try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
+        var daemons: [Process] = []
+        var points: [String] = []
+        func mounted(_ point: String) -> Bool {
+            ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ")
+        }
+        addTeardownBlock {
+            for point in points where mounted(point) { _ = Shell.run("fusermount3 -u -z \(Shell.quote(point))") }
+            for daemon in daemons {
+                if daemon.isRunning { daemon.terminate() }
+                daemon.waitUntilExit()
+            }
+        }
+        var errors: [String] = []
+        for index in 1...2 {
+            let point = scratch.path + "/ns-\(index)"
+            try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+            points.append(point)
+            let daemon = Process()
+            let error = Pipe()
+            daemon.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+            daemon.arguments = ["--pid", "--fork", "--kill-child", MountedStore.executable, "mount", "--foreground", storePath, point]
+            daemon.standardOutput = FileHandle.nullDevice
+            daemon.standardError = error
+            try daemon.run()
+            daemons.append(daemon)
+            if index == 1 {
+                XCTAssertTrue(waitUntil({ mounted(point) }), "the first daemon mounted")
+            } else {
+                XCTAssertTrue(waitUntil({ !daemon.isRunning }), "the second daemon gave up")
+                errors.append(String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+            }
+        }
+        XCTAssertFalse(mounted(points[1]))
+        XCTAssertTrue(errors.first?.contains("another process namespace") ?? false, "says why: \(errors)")
+        // The store still mounts beside the first daemon: its record reads.
+        let third = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertEqual(third.status, 0, third.error)
+        XCTAssertTrue(isMounted)
+        _ = containerfs("unmount \(Shell.quote(mountPoint))")
+    }
+
     /// A daemon that does not answer (stopped here; hung alike) is unmounted all the same: unmount
     /// asks who serves the mount in a child it kills after 2 s, which held the mount busy while it
     /// waited, and it hung for as long as the daemon did.
