@@ -354,7 +354,12 @@ enum ControlSocket {
     static func ownDirectory(_ path: String) throws -> String {
         let parent = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
-        if mkdir(path, 0o755) != 0, errno != EEXIST { throw directoryError(path) }
+        // Others reach a root daemon's socket through it, whatever the umask.
+        if mkdir(path, 0o755) == 0 {
+            guard chmod(path, 0o755) == 0 else { throw directoryError(path) }
+        } else if errno != EEXIST {
+            throw directoryError(path)
+        }
         var attributes = stat()
         if lstat(path, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFDIR, attributes.st_uid == geteuid(),
            attributes.st_mode & 0o022 == 0 {
@@ -402,4 +407,3 @@ enum ControlSocket {
         return withSocketAddress(path) { connect(probe, $0, $1) } != 0 && errno == ECONNREFUSED
     }
 }
-

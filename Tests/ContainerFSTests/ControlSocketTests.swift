@@ -61,6 +61,8 @@ final class ControlSocketTests: XCTestCase {
     func testADirectoryAnotherUserMadeFirstIsNotUsed() throws {
         try XCTSkipIf(geteuid() != 0, "making a directory another user's needs root")
         let fresh = directory + "/fresh"
+        let mask = umask(0o077)
+        defer { umask(mask) }
         XCTAssertEqual(try ControlSocket.ownDirectory(fresh), fresh)
         var attributes = stat()
         XCTAssertEqual(lstat(fresh, &attributes), 0)
