@@ -401,9 +401,6 @@ enum ControlSocket {
         var attributes = stat()
         guard lstat(path, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFSOCK,
               attributes.st_ctim.tv_sec + seconds <= time(nil) else { return false }
-        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard probe >= 0 else { return false }
-        defer { close(probe) }
-        return withSocketAddress(path) { connect(probe, $0, $1) } != 0 && errno == ECONNREFUSED
+        return isValidSocketPath(path) && connectionError(at: path) == ECONNREFUSED
     }
 }

@@ -298,13 +298,23 @@ public final class ControlServer: PresenterTransport, @unchecked Sendable {
         var info = stat()
         guard lstat(socketPath, &info) == 0 else { return }
         guard info.st_mode & S_IFMT == S_IFSOCK else { throw .pathExists(socketPath) }
-        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard probe >= 0 else { throw .system(call: "socket", errno: errno) }
-        defer { close(probe) }
-        let live = withSocketAddress(socketPath) { address, length in connect(probe, address, length) == 0 }
-        if live { throw .addressInUse(socketPath) }
-        unlink(socketPath)
+        switch connectionError(at: socketPath) {
+        case 0: throw .addressInUse(socketPath)
+        // The probe could not be made: nothing is known of the socket.
+        case let error where error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM:
+            throw .system(call: "socket", errno: error)
+        default: unlink(socketPath)
+        }
     }
+}
+
+/// What a connection to the Unix socket at `path` (a valid path: `isValidSocketPath`) meets: 0
+/// when someone listens there, else the errno (ECONNREFUSED: no one does).
+public func connectionError(at path: String) -> Int32 {
+    let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard probe >= 0 else { return errno }
+    defer { close(probe) }
+    return withSocketAddress(path) { connect(probe, $0, $1) } == 0 ? 0 : errno
 }
 
 extension ControlServer: ControlConnectionDelegate {

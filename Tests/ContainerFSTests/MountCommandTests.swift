@@ -1,4 +1,3 @@
-import CLinux
 import Containers
 import Coordination
 import Foundation
@@ -583,18 +582,9 @@ final class MountCommandTests: XCTestCase {
     func testDaemonsInProcessNamespacesKeepEveryDaemonsControlSocket() throws {
         try XCTSkipIf(geteuid() != 0, "a process namespace needs root")
         try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
-        func socketPath(of mount: String) -> String? {
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            let length = clinux_getxattr(mount, "user.containerfs.control-socket", &buffer, buffer.count)
-            return length > 0 ? String(decoding: buffer.prefix(length).prefix { $0 != 0 }, as: UTF8.self) : nil
-        }
-        func answers(_ path: String) -> Bool {
-            let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(probe) }
-            return withSocketAddress(path) { connect(probe, $0, $1) } == 0
-        }
+        let answers = { (path: String) in connectionError(at: path) == 0 }
         _ = mountedDocuments(of: try Store.open(storePath))
-        let machines = try XCTUnwrap(socketPath(of: mountPoint))
+        let machines = try XCTUnwrap(MountedStore.controlSocket(of: mountPoint))
         XCTAssertTrue(answers(machines))
         var sockets: [String] = []
         for index in 1...2 {
@@ -615,7 +605,7 @@ final class MountCommandTests: XCTestCase {
                 daemon.waitUntilExit()
             }
             XCTAssertTrue(waitUntil(mounted), "the daemon in namespace \(index) mounted")
-            guard mounted(), let socket = socketPath(of: point) else { continue }
+            guard mounted(), let socket = MountedStore.controlSocket(of: point) else { continue }
             XCTAssertTrue(answers(socket), "namespace \(index)'s daemon answers at \(socket)")
             sockets.append(socket)
         }

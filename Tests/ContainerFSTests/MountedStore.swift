@@ -13,6 +13,13 @@ final class MountedStore {
     private var daemon: Process?
     private var stderrPipe = Pipe()
 
+    /// The control socket of the mount at `mountPoint`, as the mount names it; nil if it does not.
+    static func controlSocket(of mountPoint: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let length = clinux_getxattr(mountPoint, "user.containerfs.control-socket", &buffer, buffer.count)
+        return length > 0 ? String(decoding: buffer.prefix(length).prefix { $0 != 0 }, as: UTF8.self) : nil
+    }
+
     /// The binary built next to the test bundle.
     static var executable: String {
         let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()

@@ -1,4 +1,3 @@
-import CLinux
 import Containers
 import Foundation
 import Glibc
@@ -78,10 +77,7 @@ final class PresenterTests: MountedTestCase {
     /// A watcher that cannot reach the mount's daemon says so and exits: it sat silent, hearing
     /// nothing, when another daemon had taken the control socket away.
     func testAWatcherThatCannotReachTheDaemonSaysSo() throws {
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let length = clinux_getxattr(mounted.mountPoint, "user.containerfs.control-socket", &buffer, buffer.count)
-        XCTAssertGreaterThan(length, 0)
-        let socketPath = String(decoding: buffer.prefix(max(length, 0)).prefix { $0 != 0 }, as: UTF8.self)
+        let socketPath = try XCTUnwrap(MountedStore.controlSocket(of: mounted.mountPoint))
         XCTAssertEqual(rename(socketPath, socketPath + ".away"), 0)
         defer { rename(socketPath + ".away", socketPath) }
         let result = Shell.run("timeout 10 \(Shell.quote(MountedStore.executable)) watch \(Shell.quote(home + "/Documents"))")
