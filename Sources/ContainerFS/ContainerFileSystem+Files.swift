@@ -231,12 +231,15 @@ extension ContainerFileSystem {
                 // The entry is the item just opened and checked, whatever holds the name now.
                 let opened = Backing.attributes(of: descriptor)
                 let key = BackingKey(opened.0)
+                // A spare's name in the shadow directory is a link nobody made: the entry counts it
+                // out, as every later `stat` does (the kernel keeps the entry's count of links).
+                if !spareName.isEmpty, opened.1 == 0 { self.shadows.unsynced.linked(key) }
                 var entry = fuse_entry_param()
                 error = opened.1 != 0 ? opened.1 : self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key,
                                                                            for: caller.uid)
                 guard error == 0 else {
                     close(descriptor)
-                    self.shadows.dropSpareLink(spareName)
+                    self.shadows.dropSpareLink(spareName, of: opened.1 == 0 ? key : nil)
                     access.end(tookEffect: false)
                     return request.reply(error: error)
                 }
@@ -291,7 +294,7 @@ extension ContainerFileSystem {
                 if !(made && self.startFreshSession(of: node, file: descriptor, key: key, spareName: spareName, by: caller.pid,
                                                     announcing: access)) {
                     close(descriptor)
-                    self.shadows.dropSpareLink(spareName)
+                    self.shadows.dropSpareLink(spareName, of: key)
                     access.end(tookEffect: true)
                     sessionError = self.joinSession(of: node, truncating: truncating, by: caller.pid, access: nil)
                     if sessionError == ESTALE, node.isDetached {
@@ -527,7 +530,7 @@ extension ContainerFileSystem {
         let (error, published) = publish(handle.node, durably: false)
         // The next open asks the daemon anyway: the close need not wait for the kernel's cache.
         request.reply(error: error)
-        if published { didPublish(handle.node) }
+        if let published { didPublish(handle.node, inPlace: published == .inPlace) }
         shadows.unsynced.startRetirements()
     }
 
@@ -544,20 +547,32 @@ extension ContainerFileSystem {
         }
         let (error, published) = publish(handle.node, durably: true)
         request.reply(error: error)
-        if published { didPublish(handle.node) }
+        if let published { didPublish(handle.node, inPlace: published == .inPlace) }
         shadows.unsynced.startRetirements()
     }
 
-    /// Publishes a session's unpublished writes. The first publish ends the session's coordinated
-    /// write, so presenters hear "did change" once the change is there to read.
-    private func publish(_ node: Node, durably: Bool) -> (Int32, Bool) {
+    /// How a session's writes became the published file.
+    enum Published {
+        /// A shadow took the file's place.
+        case replaced
+        /// A new file written in place (`WriteSession.fresh`) is published as it is.
+        case inPlace
+    }
+
+    /// Publishes a session's unpublished writes; nil when nothing was published. The first publish
+    /// ends the session's coordinated write, so presenters hear "did change" once the change is
+    /// there to read.
+    private func publish(_ node: Node, durably: Bool) -> (Int32, Published?) {
         node.withSession { current in
-            guard let session = current, session.dirty || session.failure != 0 else { return (0, false) }
+            guard let session = current, session.dirty || session.failure != 0 else { return (0, nil) }
+            let published = WriteSession.published(session)
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
             session.access = nil
-            if error == 0 { node.sharing.noticeDecided() }
-            return (error, error == 0)
+            guard error == 0 else { return (error, nil) }
+            session.kernelMayHoldWriters = false
+            if published == .replaced { node.sharing.noticeDecided() }
+            return (0, published)
         }
     }
 
@@ -568,20 +583,28 @@ extension ContainerFileSystem {
             handle.access?.end(tookEffect: handle.hasWritten)
             return request.replySuccess()
         }
-        let (ended, published): (Bool, Bool) = handle.node.withSession { current in
-            guard let session = current else { return (false, false) }
+        let (published, discarded): (Published?, Bool) = handle.node.withSession { current in
+            guard let session = current else { return (nil, false) }
             session.writers -= 1
-            guard session.writers == 0 else { return (false, false) }
+            guard session.writers == 0 else { return (nil, false) }
             let wasDirty = session.dirty
+            let published = WriteSession.published(session)
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil
+            if wasDirty && error == 0 {
+                if published == .replaced { handle.node.sharing.noticeDecided() }
+                return (published, false)
+            }
+            // Nothing published now: the kernel hears only of a view of the writers' it may hold
+            // still (a discarded session's size, a shadow's times), not of one a publish in flush
+            // told it of already.
+            guard session.kernelMayHoldWriters else { return (nil, false) }
             handle.node.sharing.noticeDecided()
-            return (true, wasDirty && error == 0)
+            return (nil, true)
         }
         request.replySuccess()
-        // Even after a publish in flush: the kernel may hold a size from the session.
-        if published { didPublish(handle.node) } else if ended { didDiscard(handle.node) }
+        if let published { didPublish(handle.node, inPlace: published == .inPlace) } else if discarded { didDiscard(handle.node) }
         shadows.unsynced.startRetirements()
     }
 

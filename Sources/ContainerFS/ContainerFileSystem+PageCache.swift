@@ -107,9 +107,12 @@ extension ContainerFileSystem {
         }
     }
 
-    /// A publish replaced the file: the kernel drops its pages and attributes.
-    func didPublish(_ node: Node) {
+    /// A publish replaced the file: the kernel drops its pages and attributes. A new file published
+    /// in place is the file the kernel knows, its size the writer's and no page of it cached but
+    /// by the writer's own mappings, which are its content: nothing to drop.
+    func didPublish(_ node: Node, inPlace: Bool) {
         node.withCachedVersion { $0 = nil }
+        guard !inPlace else { return }
         kernel?.invalidateInode(nodes.inodeNumber(of: node), offset: 0, length: 0)
         node.noticeSent()
     }

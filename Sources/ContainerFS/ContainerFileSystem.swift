@@ -288,7 +288,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             if error == 0, fields.contains(.size) { error = self.clearSetIDAfterTruncation(of: node, by: request.caller) }
             access.end(tookEffect: error == 0)
             error == 0 ? self.getattr(request, inode: inode, file: nil) : request.reply(error: error)
-            if published { self.didPublish(node) }
+            if published { self.didPublish(node, inPlace: false) }
             self.shadows.unsynced.startRetirements()
         }
     }

@@ -16,7 +16,11 @@ final class WriteSession {
     /// Open write handles sharing the session.
     var writers = 0
     /// Whether the shadow holds writes not yet published.
-    var dirty = false
+    var dirty = false { didSet { if dirty { kernelMayHoldWriters = true } } }
+    /// Whether the kernel may hold attributes of the writers' view (a size their writes or
+    /// truncation gave it, a shadow's times) that no notice has dropped since: a session that ends
+    /// without publishing them tells the kernel (`ContainerFileSystem.release`).
+    var kernelMayHoldWriters = false
     /// The error of a write that failed (a full disk): the shadow is then never published, and
     /// the writer's close reports it. The previous version stays.
     var failure: Int32 = 0
@@ -47,6 +51,11 @@ final class WriteSession {
     /// Whether the writers' view differs from the published version: a shadow holds what they
     /// wrote (a fresh session's file is the published version itself).
     var hidesWrites: Bool { shadow >= 0 && !fresh }
+
+    /// How a publish of `session` now would put its writes in place.
+    static func published(_ session: WriteSession) -> ContainerFileSystem.Published {
+        session.fresh ? .inPlace : .replaced
+    }
 }
 
 /// What a write session keeps of a rewrite logged in a `DeltaLog`.
@@ -88,10 +97,27 @@ final class Shadows: @unchecked Sendable {
     /// waits for it.
     private let remover = DispatchQueue(label: "containerfs.shadows.remover", qos: .utility)
 
-    /// Empty shadows made ahead on `remover`'s queue: allocating an inode is the next dearest step,
-    /// which a writer's open then does not wait for.
-    private let spares = Locked<[(descriptor: Int32, name: [CChar])]>([])
+    /// Empty files made ahead on `remover`'s queue: allocating an inode is the next dearest step,
+    /// which a writer's open then does not wait for. Two pools: `shadow-N` for shadows (and the
+    /// removed versions reused), and, once files are created, `fresh-N` for new files, whose name
+    /// is already the mark a new file needs (`adoptFresh`): a create renames nothing in the shadow
+    /// directory (a rename there was a seventh of a create's time on a journaled ext4).
+    private let spares = Locked<SparePools>(SparePools())
     private static let sparesKept = 4
+
+    typealias Spare = (descriptor: Int32, name: [CChar])
+    enum SpareKind {
+        case shadow, fresh
+        var prefix: StaticString { self == .shadow ? "shadow-" : "fresh-" }
+    }
+    struct SparePools {
+        var shadow: [Spare] = []
+        var fresh: [Spare] = []
+        subscript(kind: SpareKind) -> [Spare] {
+            get { kind == .shadow ? shadow : fresh }
+            set { if kind == .shadow { shadow = newValue } else { fresh = newValue } }
+        }
+    }
 
     /// Removes a previous version that a publish swapped into the shadows' directory. A failure
     /// (the disk failing) leaves it there, and the next mount clears the directory, which holds
@@ -158,21 +184,21 @@ final class Shadows: @unchecked Sendable {
         unsynced.finishAll()
         versions?.finish()
         remover.sync {}
-        for spare in spares.withLock({ spares in defer { spares = [] }; return spares }) {
+        for spare in spares.withLock({ spares in defer { spares = SparePools() }; return spares.shadow + spares.fresh }) {
             close(spare.descriptor)
             unlinkat(directory, spare.name, 0)
         }
     }
 
     /// A new, empty shadow file, open for reading and writing: a spare if there is one.
-    private func makeShadow() -> (descriptor: Int32, name: [CChar])? {
-        takeSpare() ?? createShadow()
+    private func makeShadow() -> Spare? {
+        takeSpare(.shadow) ?? createSpare(.shadow)
     }
 
-    /// A spare, if there is one, its times set to now as a new file's would be.
-    private func takeSpare() -> (descriptor: Int32, name: [CChar])? {
-        let (spare, left) = spares.withLock { spares in (spares.popLast(), spares.count) }
-        if left < Shadows.sparesKept / 2 { remover.async { self.makeSpares() } }
+    /// A spare of `kind`, if there is one, its times set to now as a new file's would be.
+    private func takeSpare(_ kind: SpareKind) -> Spare? {
+        let (spare, left) = spares.withLock { spares in (spares[kind].popLast(), spares[kind].count) }
+        if left < Shadows.sparesKept / 2 { remover.async { self.makeSpares(kind) } }
         guard let spare else { return nil }
         if futimens(spare.descriptor, nil) == 0 { return spare }
         close(spare.descriptor)
@@ -185,7 +211,7 @@ final class Shadows: @unchecked Sendable {
     /// (`adoptFresh` makes it the new file's mark). -1 with errno set on failure: EEXIST when the
     /// name is taken, EAGAIN when there is no spare.
     func createFromSpare(_ name: UnsafePointer<CChar>, in parent: Int32, mode: mode_t, spareName: inout [CChar]) -> Int32 {
-        guard let spare = takeSpare() else {
+        guard let spare = takeSpare(.fresh) ?? takeSpare(.shadow) else {
             errno = EAGAIN
             return -1
         }
@@ -206,13 +232,32 @@ final class Shadows: @unchecked Sendable {
         return spare.descriptor
     }
 
-    /// Removes a spare's second link, when `adoptFresh` does not take it.
-    func dropSpareLink(_ spareName: [CChar]) {
-        if !spareName.isEmpty { unlinkat(directory, spareName, 0) }
+    /// Removes a spare's second link, when `adoptFresh` does not take it. Once the new file's key is
+    /// known (and the link counted out of its links), the link goes as a mark does (`removeMark`):
+    /// a fresh spare's name is one.
+    func dropSpareLink(_ spareName: [CChar], of key: BackingKey? = nil) {
+        guard !spareName.isEmpty else { return }
+        guard let key else {
+            unlinkat(directory, spareName, 0)
+            return
+        }
+        removeMark(spareName, of: key)
     }
 
-    private func createShadow() -> (descriptor: Int32, name: [CChar])? {
-        var name = nextName("shadow-")
+    /// Removes `name`, the mark of the new file `key`. One that cannot go would have the next
+    /// mount empty the file whatever is written to it since: it is removed before any change in
+    /// place (`UnsyncedPublishes.waitForData`), or that change fails. Gone, the removal is not
+    /// durable until a sync: a change in place waits for one (`UnsyncedPublishes.settle`).
+    private func removeMark(_ name: [CChar], of key: BackingKey) {
+        if unlinkat(directory, name, 0) == 0 || errno == ENOENT {
+            unsynced.unlinked(key)
+        } else {
+            unsynced.add(UnsyncedPublish(markOf: key, named: name))
+        }
+    }
+
+    private func createSpare(_ kind: SpareKind) -> Spare? {
+        var name = nextName(kind.prefix)
         // Made unnamed, then linked: ext4 holds the directory's lock while it allocates an inode
         // (without a journal, a scan of the inodes freed in the last 30 seconds), and every new
         // file's and publish's rename in this directory waited for the spares made meanwhile.
@@ -252,7 +297,7 @@ final class Shadows: @unchecked Sendable {
     /// of a new file; its owner and mode become a new spare's.
     func recycle(_ name: UnsafePointer<CChar>, in directory: Int32) -> Bool {
         // Up to twice the spares made ahead: a version is reused whenever the pool is not full of them.
-        guard spares.withLock({ $0.count }) < 2 * Shadows.sparesKept, let newFileFlags = newFileFlags.withLock({ $0 }) else {
+        guard spares.withLock({ $0.shadow.count }) < 2 * Shadows.sparesKept, let newFileFlags = newFileFlags.withLock({ $0 }) else {
             return false
         }
         let file = openat(directory, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -285,13 +330,13 @@ final class Shadows: @unchecked Sendable {
             unlinkat(self.directory, spareName, 0)
             return true
         }
-        spares.withLock { $0.append((file, spareName)) }
+        spares.withLock { $0.shadow.append((file, spareName)) }
         return true
     }
 
-    private func makeSpares() {
-        while spares.withLock({ $0.count }) < Shadows.sparesKept, let spare = createShadow() {
-            spares.withLock { $0.append(spare) }
+    private func makeSpares(_ kind: SpareKind) {
+        while spares.withLock({ $0[kind].count }) < Shadows.sparesKept, let spare = createSpare(kind) {
+            spares.withLock { $0[kind].append(spare) }
         }
     }
 
@@ -312,11 +357,12 @@ final class Shadows: @unchecked Sendable {
 
     /// Makes `file` (`key`), a file just created empty and opened for reading and writing, the
     /// fresh shadow of `session`. Its mark is a second link in the shadow directory: `spareName`
-    /// renamed, when it was made from a spare, or a new link.
+    /// itself for a fresh spare, renamed for a shadow spare, or a new link.
     func adoptFresh(_ session: WriteSession, file: Int32, key: BackingKey, spareName: [CChar]) -> Int32 {
-        let name = nextName("fresh-")
-        let marked = spareName.isEmpty
-            ? Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
+        let isMark = spareName.starts(with: ShadowDirectory.freshPrefix.utf8.map { CChar(bitPattern: $0) })
+        let name = isMark ? spareName : nextName("fresh-")
+        let marked = isMark ? 0
+            : spareName.isEmpty ? Backing.withProcPath(file) { linkat(AT_FDCWD, $0, directory, name, AT_SYMLINK_FOLLOW) }
             : renameat(directory, spareName, directory, name)
         guard marked == 0 else { return errno }
         session.shadow = file
@@ -338,6 +384,7 @@ final class Shadows: @unchecked Sendable {
     func prepare(_ session: WriteSession, of node: Node, truncated: Bool, mayLog: Bool = false) -> Int32 {
         guard session.shadow < 0 else { return 0 }
         guard let made = makeShadow() else { return errno }
+        session.kernelMayHoldWriters = true
         let shadow = made.descriptor
         var name = made.name
         var (error, logged) = fill(shadow, from: node, copyingData: !truncated, mayLog: mayLog)
@@ -762,13 +809,11 @@ final class Shadows: @unchecked Sendable {
         }
         if session.shadow >= 0 { close(session.shadow) }
         if !session.shadowName.isEmpty {
-            let removed = unlinkat(directory, session.shadowName, 0) == 0 || errno == ENOENT
-            // Emptied, a new file is its published version: its mark says nothing more. One that
-            // cannot go would have the next mount empty the file whatever is written to it since:
-            // it is removed before any change in place (`UnsyncedPublishes.waitForData`), or that
-            // change fails.
+            // Emptied, a new file is its published version: its mark says nothing more.
             if session.fresh, let key = session.markKey {
-                if removed { unsynced.unlinked(key) } else { unsynced.add(UnsyncedPublish(markOf: key, named: session.shadowName)) }
+                removeMark(session.shadowName, of: key)
+            } else {
+                unlinkat(directory, session.shadowName, 0)
             }
         }
         if let log = session.log { close(log.original) }

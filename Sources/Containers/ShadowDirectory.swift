@@ -3,7 +3,8 @@ import Foundation
 /// A daemon's shadow directory, STORE/work/shadows/PID (docs/atomic-replace.md).
 public enum ShadowDirectory {
     /// Names of second links to files that the daemon created and was writing in place: their
-    /// published version is the empty file.
+    /// published version is the empty file. (An empty spare made ahead for a new file has such a
+    /// name too, and one link: emptied, it is removed like the rest.)
     public static let freshPrefix = "fresh-"
 
     /// The names (daemon process ids) of the shadow directories in `store` whose daemons are gone:

@@ -153,7 +153,62 @@ final class AtomicReplaceTests: MountedTestCase {
         XCTAssertEqual(sh("stat -c %s Documents/k"), "0\n")
     }
 
+    func testAKilledRewriterWhoLookedAtItsWritesLeavesOthersThePreviousVersionsSize() {
+        // The writer's own `stat` shows its writes; once it is killed, everyone sees the previous
+        // version again, its size included, whatever the kernel heard from the writer.
+        sh("echo intact > Documents/k")
+        let result = Shell.run("""
+            python3 -c "import os; f = os.open('Documents/k', os.O_WRONLY | os.O_TRUNC); os.write(f, b'torn and longer'); \
+            assert os.fstat(f).st_size == 15; assert os.stat('Documents/k').st_size == 15; os.kill(os.getpid(), 9)"
+            """, in: home)
+        XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status) \(result.error)")
+        XCTAssertEqual(sh("stat -c %s Documents/k; cat Documents/k"), "7\nintact\n")
+    }
+
     func testANewFileBeingWrittenWhenTheDaemonDiesIsEmptyAtTheNextMount() throws {
+        try crashWhileWritingANewFile()
+    }
+
+    /// Once files are created, new files take spares made ahead for them, named as marks already
+    /// (`fresh-N`): the create renames nothing, and the mark still empties the file after a crash.
+    func testANewFileMadeFromASpareMadeAheadForItIsEmptyAfterACrash() throws {
+        sh("for n in 1 2 3 4 5 6; do echo $n > Documents/earlier-$n; done")
+        let shadows = try XCTUnwrap(mounted.shadowDirectory)
+        func listSpares() -> [ino_t: String] {
+            var spares: [ino_t: String] = [:]
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [] where name.hasPrefix("fresh-") {
+                var attributes = stat()
+                if lstat(shadows + "/" + name, &attributes) == 0, attributes.st_nlink == 1, attributes.st_size == 0 {
+                    spares[attributes.st_ino] = name
+                }
+            }
+            return spares
+        }
+        // Listed once no spare is being made: the next create takes one listed here.
+        var spares = listSpares()
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            usleep(200_000)
+            let again = listSpares()
+            if !again.isEmpty, again == spares { break }
+            spares = again
+        }
+        XCTAssertFalse(spares.isEmpty, "spares for new files are made ahead once files are created")
+        try crashWhileWritingANewFile { new in
+            var attributes = stat()
+            XCTAssertEqual(lstat(new, &attributes), 0)
+            let mark = try XCTUnwrap(spares[attributes.st_ino], "the new file is one of the spares: \(spares)")
+            XCTAssertEqual(attributes.st_nlink, 2, "its spare's name is its mark")
+            XCTAssertTrue(FileManager.default.fileExists(atPath: shadows + "/" + mark), "the mark \(mark) keeps its name")
+        }
+        XCTAssertEqual(sh("cat Documents/earlier-6"), "6\n")
+        XCTAssertEqual(sh("\(Shell.quote(MountedStore.executable)) check \(Shell.quote(mounted.store.root))"),
+                       "\(mounted.store.root): consistent.\n")
+    }
+
+    /// Kills the daemon while a writer has written part of a new file and holds it open (after
+    /// `whileOpen` looked at its backing file), then checks the next mount finds it empty.
+    private func crashWhileWritingANewFile(whileOpen: (String) throws -> Void = { _ in }) throws {
         let writer = Process()
         writer.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         writer.arguments = ["-c", "import time; f = open('Documents/new', 'w'); f.write('torn'); f.flush(); "
@@ -163,6 +218,7 @@ final class AtomicReplaceTests: MountedTestCase {
         try writer.run()
         defer { if writer.isRunning { kill(writer.processIdentifier, SIGKILL) } }
         sh("for i in $(seq 1 500); do [ -e Documents/ready ] && exit 0; sleep 0.01; done; exit 1")
+        try whileOpen(mounted.backing() + "/Documents/new")
         mounted.crashDaemon()
         kill(writer.processIdentifier, SIGKILL)
         writer.waitUntilExit()
@@ -270,6 +326,18 @@ final class AtomicReplaceTests: MountedTestCase {
         """, errno: 0)
     }
 
+    func testANewFileShowsOneLinkFromItsCreation() {
+        // Its mark in the shadow directory is a second link nobody made: the create's answer, which
+        // the kernel keeps, counts it out too (it showed 2 until the first write). Files made from
+        // both kinds of spare: the first from a shadow's, the rest from those made for new files.
+        XCTAssertEqual(sh("""
+            for n in 1 2 3 4 5 6 7 8; do
+              exec 3> Documents/links-$n; stat -c %h Documents/links-$n; exec 3>&-
+              sleep 0.05
+            done | sort | uniq -c | tr -s ' '
+            """), " 8 1\n")
+    }
+
     func testSparesAreMadeByNameWhereTheFilesystemHasNoUnnamedFiles() throws {
         // Spares are made unnamed (O_TMPFILE) and then linked; a filesystem without unnamed files
         // (the kernel's EOPNOTSUPP) gets them made by name in the shadow directory instead.
@@ -278,7 +346,7 @@ final class AtomicReplaceTests: MountedTestCase {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
             return Set(names.filter { name in
                 var attributes = stat()
-                return name.hasPrefix("shadow-") && lstat(directory + "/" + name, &attributes) == 0
+                return (name.hasPrefix("shadow-") || name.hasPrefix("fresh-")) && lstat(directory + "/" + name, &attributes) == 0
                     && attributes.st_mode & S_IFMT == S_IFREG && attributes.st_size == 0 && attributes.st_nlink == 1
             })
         }
@@ -318,8 +386,8 @@ final class AtomicReplaceTests: MountedTestCase {
             usleep(50_000)
         } while Date() < deadline
         XCTAssertEqual(holding, [], "only empty spares are left")
-        // Four spares made ahead, up to eight with removed versions reused.
-        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: directory).count, 8)
+        // Four spares made ahead, up to eight with removed versions reused; four more for new files.
+        XCTAssertLessThanOrEqual(try FileManager.default.contentsOfDirectory(atPath: directory).count, 12)
         XCTAssertEqual(sh("stat -c %s Documents/versions"), "100000\n")
     }
 
