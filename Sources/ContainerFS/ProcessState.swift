@@ -10,10 +10,34 @@ enum ProcessState {
 
     /// Whether `pid` is exiting because a signal killed it. Its descriptors are then closed by the
     /// kernel, and a close of a file it was writing must not publish half of its writes. Asked at
-    /// every close that would publish: the line is scanned in place.
+    /// every close that would publish: the line is scanned in place, and read again through a
+    /// descriptor kept for the thread (`StatFiles`).
     static func isDyingFromSignal(_ pid: pid_t) -> Bool {
-        withContents(of: "stat", of: pid, upTo: 1024) { dyingFromSignal(stat: $0) } ?? false
+        guard pid > 0 else { return false }
+        var descriptor = statFiles.withLock { $0.take(pid) } ?? -1
+        let dying = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 1024) { buffer -> Bool? in
+            guard let base = buffer.baseAddress else { return nil }
+            var count = descriptor >= 0 ? pread(descriptor, base, buffer.count, 0) : -1
+            if count <= 0 {
+                // Kept from a thread that is gone (ESRCH), whose number another may have now.
+                if descriptor >= 0 { close(descriptor) }
+                descriptor = open("stat", of: pid, path: base)
+                count = descriptor >= 0 ? pread(descriptor, base, buffer.count, 0) : -1
+                guard count > 0 else { return nil }
+            }
+            return dyingFromSignal(stat: UnsafeBufferPointer(start: base, count: count))
+        }
+        guard let dying else {
+            if descriptor >= 0 { close(descriptor) }
+            return false
+        }
+        if let unused = statFiles.withLock({ $0.put(pid, descriptor) }) { close(unused) }
+        return dying
     }
+
+    /// The /proc/TID/stat descriptors `isDyingFromSignal` keeps: an open and a close of /proc each
+    /// time cost as much as the read (2–3 µs a publishing close).
+    private static let statFiles = Locked(StatFiles())
 
     /// Whether a /proc/PID/stat line says PF_EXITING (field 9, flags) and a signal as the exit code
     /// (field 52). The name (field 2) may hold spaces and parentheses: fields are counted from
@@ -66,29 +90,60 @@ enum ProcessState {
         guard pid > 0 else { return nil }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: max(capacity, 64)) { buffer -> Result? in
             guard let base = buffer.baseAddress else { return nil }
-            // "/proc/PID/FILE", NUL-terminated, where the contents go afterwards.
-            var length = 0
-            for byte in "/proc/".utf8 { base[length] = byte; length += 1 }
-            var digits = 1, rest = Int(pid)
-            while rest >= 10 { digits += 1; rest /= 10 }
-            rest = Int(pid)
-            for index in stride(from: length + digits - 1, through: length, by: -1) {
-                base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
-            }
-            length += digits
-            base[length] = UInt8(ascii: "/")
-            length += 1
-            for index in 0..<file.utf8CodeUnitCount { base[length] = file.utf8Start[index]; length += 1 }
-            base[length] = 0
-            let descriptor = UnsafeMutableRawPointer(base).withMemoryRebound(to: CChar.self, capacity: length + 1) {
-                open($0, O_RDONLY | O_CLOEXEC)
-            }
+            let descriptor = open(file, of: pid, path: base)
             guard descriptor >= 0 else { return nil }
             let count = read(descriptor, base, buffer.count)
             close(descriptor)
             return count > 0 ? body(UnsafeBufferPointer(start: base, count: count)) : nil
         }
+    }
+
+    /// Opens /proc/PID/`file` for reading, its path written to `path` (at least 64 bytes, free for
+    /// the contents afterwards): no String per request. -1 with errno set on failure.
+    private static func open(_ file: StaticString, of pid: pid_t, path base: UnsafeMutablePointer<UInt8>) -> Int32 {
+        // "/proc/PID/FILE", NUL-terminated.
+        var length = 0
+        for byte in "/proc/".utf8 { base[length] = byte; length += 1 }
+        var digits = 1, rest = Int(pid)
+        while rest >= 10 { digits += 1; rest /= 10 }
+        rest = Int(pid)
+        for index in stride(from: length + digits - 1, through: length, by: -1) {
+            base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+        }
+        length += digits
+        base[length] = UInt8(ascii: "/")
+        length += 1
+        for index in 0..<file.utf8CodeUnitCount { base[length] = file.utf8Start[index]; length += 1 }
+        base[length] = 0
+        return UnsafeMutableRawPointer(base).withMemoryRebound(to: CChar.self, capacity: length + 1) {
+            Glibc.open($0, O_RDONLY | O_CLOEXEC)
+        }
+    }
+}
+
+/// The /proc/TID/stat descriptors kept open for the threads whose closes were asked about last,
+/// most recent last. A descriptor follows its thread, not the number: once that thread is gone it
+/// reads ESRCH, and the number's next thread gets one of its own. One value behind a lock: a
+/// descriptor is taken out while it is read, so that no one closes it meanwhile, and a put that
+/// overflows returns the descriptor its caller closes.
+struct StatFiles {
+    private(set) var kept: [(thread: pid_t, descriptor: Int32)] = []
+    /// A writer or a few close files at a time.
+    static let limit = 8
+
+    mutating func take(_ thread: pid_t) -> Int32? {
+        guard let index = kept.firstIndex(where: { $0.thread == thread }) else { return nil }
+        return kept.remove(at: index).descriptor
+    }
+
+    /// Keeps `descriptor` for `thread`; returns the one that made room (the longest unused) or that
+    /// `thread` had already, for its caller to close.
+    mutating func put(_ thread: pid_t, _ descriptor: Int32) -> Int32? {
+        let replaced = take(thread)
+        kept.append((thread, descriptor))
+        if let replaced { return replaced }
+        return kept.count > StatFiles.limit ? kept.removeFirst().descriptor : nil
     }
 }
 

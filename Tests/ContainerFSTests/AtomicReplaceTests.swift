@@ -260,6 +260,20 @@ final class AtomicReplaceTests: MountedTestCase {
                        "one directory of shadows: this daemon's")
     }
 
+    func testAWriterKilledAfterEarlierClosesPublishedLeavesThePreviousVersion() {
+        // Its earlier closes published, and the daemon read its /proc/PID/stat through a descriptor
+        // it keeps: read again at the killed writer's close, it says the process is dying.
+        sh("echo intact > Documents/k")
+        let result = Shell.run("""
+            python3 -c "import os
+            for n in range(3):
+                with open('Documents/first', 'w') as f: f.write('one %d' % n)
+            f = os.open('Documents/k', os.O_WRONLY); os.write(f, b'torn'); os.kill(os.getpid(), 9)"
+            """, in: home)
+        XCTAssertTrue([9, 137].contains(result.status), "the writer was killed: \(result.status) \(result.error)")
+        XCTAssertEqual(sh("cat Documents/first; echo; cat Documents/k"), "one 2\nintact\n")
+    }
+
     /// `echo a > f; echo b > f`: the second truncating open can come before the kernel's release of
     /// the first, and joins its session; the shell then closes its first descriptor before writing.
     /// That close must not publish the empty truncation (a reader would find the file empty) though

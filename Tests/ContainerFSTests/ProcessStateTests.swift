@@ -35,6 +35,35 @@ final class ProcessStateTests: XCTestCase {
         XCTAssertFalse(ProcessState.isDyingFromSignal(Int32.max))
     }
 
+    func testStatFilesKeepTheLastThreadsAndHandBackWhatTheyLetGo() {
+        var files = StatFiles()
+        for thread in 1...Int32(StatFiles.limit) { XCTAssertNil(files.put(thread, thread + 100)) }
+        XCTAssertEqual(files.take(3), 103, "taken out while it is read")
+        XCTAssertNil(files.take(3), "and no one else's meanwhile")
+        XCTAssertNil(files.put(3, 103))
+        XCTAssertEqual(files.put(9, 109), 101, "the longest unused goes")
+        XCTAssertEqual(files.put(9, 209), 109, "a thread keeps one: the one it had goes")
+        XCTAssertEqual(files.kept.map(\.thread), [2, 4, 5, 6, 7, 8, 3, 9])
+    }
+
+    func testAThreadThatIsGoneIsNotDyingAndItsDescriptorGoes() throws {
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        child.arguments = ["5"]
+        try child.run()
+        let pid = child.processIdentifier
+        XCTAssertFalse(ProcessState.isDyingFromSignal(pid), "alive, and its /proc/PID/stat kept open")
+        let opened = { () -> Int in
+            let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) == "/proc/\(pid)/stat" }.count
+        }
+        XCTAssertEqual(opened(), 1)
+        kill(pid, SIGKILL)
+        child.waitUntilExit()
+        XCTAssertFalse(ProcessState.isDyingFromSignal(pid), "gone: ESRCH through the kept descriptor, no such process by number")
+        XCTAssertEqual(opened(), 0, "the kept descriptor is closed")
+    }
+
     /// The calling thread's id, as a request names its caller ("PID/task/TID").
     private static func currentThread() -> pid_t {
         let path = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
