@@ -565,7 +565,7 @@ extension ContainerFileSystem {
     private func publish(_ node: Node, durably: Bool) -> (Int32, Published?) {
         node.withSession { current in
             guard let session = current, session.dirty || session.failure != 0 else { return (0, nil) }
-            let published = WriteSession.published(session)
+            let published = session.publishes
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)
             session.access?.end(tookEffect: error == 0)
             session.access = nil
@@ -588,7 +588,7 @@ extension ContainerFileSystem {
             session.writers -= 1
             guard session.writers == 0 else { return (nil, false) }
             let wasDirty = session.dirty
-            let published = WriteSession.published(session)
+            let published = session.publishes
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
             current = nil

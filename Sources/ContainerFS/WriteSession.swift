@@ -52,10 +52,8 @@ final class WriteSession {
     /// wrote (a fresh session's file is the published version itself).
     var hidesWrites: Bool { shadow >= 0 && !fresh }
 
-    /// How a publish of `session` now would put its writes in place.
-    static func published(_ session: WriteSession) -> ContainerFileSystem.Published {
-        session.fresh ? .inPlace : .replaced
-    }
+    /// How a publish now would put the writes in place.
+    var publishes: ContainerFileSystem.Published { fresh ? .inPlace : .replaced }
 }
 
 /// What a write session keeps of a rewrite logged in a `DeltaLog`.
