@@ -25,7 +25,12 @@ what the checks expect: the model is known to be right.
 With --pairs each operation runs at once with one of the next kind, on another file, under the
 same fault: whichever of the two makes the failing call gets the error, and both files are checked.
 
-Usage: faultsweep.py [--kinds K,K] [--calls C,C] [--nths 1,2,4,1+] [--no-follow] [--quick] [--pairs]
+With --presented a presenter (`containerfs watch`) presents Documents through every operation, so
+that each is coordinated with a connected client, and the daemon's sends to it (`sendto`) are
+among the calls that fail: a presenter the daemon cannot reach must cost no file its version nor
+hang an operation. A watcher that is gone is started again before the next case.
+
+Usage: faultsweep.py [--kinds K,K] [--calls C,C] [--nths 1,2,4,1+] [--no-follow] [--quick] [--pairs] [--presented]
 
 An N with a plus (`1+`) fails that call and every later one while the operation runs: what the
 daemon tries again fails again, until the operation has ended.
@@ -305,12 +310,50 @@ def strace(pid, call, nth, log):
     raise RuntimeError("strace did not attach to the daemon")
 
 
-def sweep(image, cases, follow, together=1):
-    """Runs the cases `together` at a time, each group's operations at once under one fault."""
+class Watcher:
+    """A presenter of `folder` (`containerfs watch`), started again when it is gone."""
+
+    def __init__(self, binary, folder, log):
+        self.binary, self.folder, self.log = binary, folder, log
+        self.process = None
+        self.starts = 0
+
+    def ensure(self):
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.starts += 1
+        output = open(self.log, "a")
+        self.process = subprocess.Popen([self.binary, "watch", self.folder], stdout=output, stderr=output)
+        output.close()
+        # Registered once it hears a change made after it started.
+        probe = os.path.join(self.folder, ".watch-probe-%d" % self.starts)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(probe, "w") as file:
+                file.write("probe")
+            time.sleep(0.1)
+            with open(self.log) as lines:
+                if probe.split("/")[-1] in lines.read():
+                    break
+        os.unlink(probe)
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait()
+
+
+def sweep(image, cases, follow, together=1, presented=False):
+    """Runs the cases `together` at a time, each group's operations at once under one fault; with
+    `presented`, while a presenter presents the folder."""
     folder = image.start()
     pid = image.daemon.pid
+    watcher = Watcher(image.binary, folder, os.path.join(image.root, "watch.log")) if presented else None
     for first in range(0, len(cases), together):
         group = cases[first:first + together]
+        if watcher:
+            watcher.ensure()
         for case in group:
             case.prepare()
         time.sleep(0.05)
@@ -334,6 +377,9 @@ def sweep(image, cases, follow, together=1):
         if image.daemon.poll() is not None:
             raise RuntimeError("the daemon died at " + ", ".join(map(str, group)))
     time.sleep(1)
+    if watcher:
+        watcher.stop()
+        print("faultsweep: the presenter was started %d times" % watcher.starts, flush=True)
     # A crash: the daemon goes, the page cache stays.
     image.daemon.kill()
     image.daemon.wait()
@@ -361,6 +407,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="the calls that make, remove and rename names, first call only")
     parser.add_argument("--pairs", action="store_true",
                         help="each case at once with a case of the next kind, on another file, under the same fault")
+    parser.add_argument("--presented", action="store_true",
+                        help="a presenter presents Documents meanwhile; its sends (sendto) fail too")
     arguments = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("faultsweep: needs root (loop devices, strace on the daemon)")
@@ -372,6 +420,8 @@ def main():
         sys.exit("faultsweep: --nths takes positive numbers, each with an optional + (%s)" % arguments.nths)
     if arguments.quick:
         calls, nths = ["unlinkat", "renameat", "renameat2", "linkat", "mkdirat"], ["1"]
+    if arguments.presented and "sendto" not in calls:
+        calls.append("sendto")
     unknown = [kind for kind in kinds if kind not in KINDS or kind == "follow-in"]
     if unknown:
         sys.exit("faultsweep: unknown kinds %s (known: %s)" % (", ".join(unknown), ", ".join(KINDS)))
@@ -393,10 +443,11 @@ def main():
                     if arguments.pairs:
                         partner = kinds[(index + 1) % len(kinds)]
                         cases.append(Case(len(cases), partner, call, nth, os.path.join(image.fuse, "Documents")))
-        print("faultsweep: %d cases (%d kinds, %d calls, failing call %s), %s" % (
+        print("faultsweep: %d cases (%d kinds, %d calls, failing call %s), %s%s" % (
             len(cases), len(kinds), len(calls), "/".join(map(str, nths)),
-            "each followed by an fsync'd change in place" if not arguments.no_follow else "no follow-ups"), flush=True)
-        bad = sweep(image, cases, not arguments.no_follow, 2 if arguments.pairs else 1)
+            "each followed by an fsync'd change in place" if not arguments.no_follow else "no follow-ups",
+            ", Documents presented" if arguments.presented else ""), flush=True)
+        bad = sweep(image, cases, not arguments.no_follow, 2 if arguments.pairs else 1, arguments.presented)
         for line in bad:
             print("BAD " + line)
         outcomes = {}

@@ -30,13 +30,32 @@ final class PowerLossTests: XCTestCase {
     /// of operation (on files, names and directories), an fsync'd change follows, the daemon
     /// crashes: what it reported holds after the next mount.
     func testOneFailedCallLosesNothingTheDaemonReportedDone() throws {
-        guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
-        let output = try harness("faultsweep.py", "--quick")
-        XCTAssertTrue(output.contains(", 0 bad"), output)
+        let output = try faultSweep("--quick")
         XCTAssertFalse(output.contains("model:"), "the checks' model failed on a plain directory or the mount: \(output)")
-        let injected = output.range(of: #"(\d+) injected a failure"#, options: .regularExpression)
+        XCTAssertGreaterThan(injectedFailures(in: output), 10, "strace was to fail calls: \(output)")
+    }
+
+    /// The fault sweep with a presenter connected (`--presented`): the daemon's sends to it fail
+    /// (first and second call) during new files, rewrites, saves and unlinks; no operation hangs,
+    /// and what the daemon reported holds after it crashes.
+    func testAPresenterTheDaemonCannotReachCostsNoFileItsVersion() throws {
+        let output = try faultSweep("--presented --kinds create,rewrite,save,unlink --calls sendto --nths 1,2")
+        XCTAssertTrue(output.contains("Documents presented"), output)
+        XCTAssertGreaterThan(injectedFailures(in: output), 0, "the daemon sent to the presenter, and strace failed sends: \(output)")
+    }
+
+    /// Runs the fault sweep with `arguments`; its output, once it found nothing bad.
+    private func faultSweep(_ arguments: String) throws -> String {
+        guard Shell.run("command -v strace").status == 0 else { throw XCTSkip("strace is missing (scripts/setup.sh installs it)") }
+        let output = try harness("faultsweep.py", arguments)
+        XCTAssertTrue(output.contains(", 0 bad"), output)
+        return output
+    }
+
+    /// How many of a sweep's cases made a call that failed.
+    private func injectedFailures(in output: String) -> Int {
+        output.range(of: #"(\d+) injected a failure"#, options: .regularExpression)
             .flatMap { Int(output[$0].split(separator: " ")[0]) } ?? 0
-        XCTAssertGreaterThan(injected, 10, "strace was to fail calls: \(output)")
     }
 
     /// Runs one of the scripts' harnesses on this build's binary; its output, once it exited 0.
