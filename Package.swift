@@ -31,7 +31,10 @@ let package = Package(
         // The container model: store layout, policy, seals, lifecycle.
         .target(
             name: "Containers",
-            dependencies: ["CLinux", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "CLinux", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
         ),
         // The filesystem that joins the FUSE layer, coordination and the container model.
         .target(

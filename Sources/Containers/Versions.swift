@@ -1,4 +1,5 @@
 import Crypto
+import DequeModule
 import Foundation
 import Glibc
 
@@ -210,6 +211,9 @@ public struct VersionLimits: Sendable, Equatable {
 }
 
 /// Which versions go: one value, transitions that say what to remove (the caller removes them).
+/// A keep costs in proportion to its file's versions, not the store's: each directory's versions
+/// are queued apart, and the store-wide queue (oldest first, for age and space) skips the ones a
+/// file's count took out of turn.
 public struct VersionRetention: Sendable {
     /// What a transition gives up: versions, and the directories left without any.
     public struct Removal: Sendable, Equatable {
@@ -217,43 +221,41 @@ public struct VersionRetention: Sendable {
         public var emptiedDirectories: [String] = []
     }
 
+    /// A version and the number it was counted under (names can come back; numbers do not).
+    private struct Entry {
+        let serial: UInt64
+        let version: FileVersionRecord
+    }
+
     public let limits: VersionLimits
-    /// Every kept version the daemon knows, oldest first.
-    private var kept: [FileVersionRecord]
-    private var countByDirectory: [String: Int] = [:]
+    /// Every version counted, oldest first, with entries already taken (not in `live`) among them.
+    private var order: Deque<Entry> = []
+    /// Each directory's versions, oldest first.
+    private var byDirectory: [String: Deque<Entry>] = [:]
+    private var live: Set<UInt64> = []
+    private var nextSerial: UInt64 = 0
     private(set) var totalBytes: UInt64 = 0
 
     public init(limits: VersionLimits, existing: [FileVersionRecord]) {
         self.limits = limits
-        kept = existing.sorted { $0.replacedAt < $1.replacedAt }
-        for version in kept {
-            countByDirectory[version.directory, default: 0] += 1
-            totalBytes += version.allocatedBytes
-        }
+        for version in existing.sorted(by: { $0.replacedAt < $1.replacedAt }) { insert(version) }
     }
 
-    public var count: Int { kept.count }
+    public var count: Int { live.count }
 
     /// A version was kept: what must go now, by the file's count, age, and the store's space.
     public mutating func kept(_ version: FileVersionRecord, now: Date = Date()) -> Removal {
-        // Versions arrive in time order but for clocks and queues: insert from the end.
-        var index = kept.endIndex
-        while index > kept.startIndex, kept[index - 1].replacedAt > version.replacedAt { index -= 1 }
         // Counted already: the first keep loads the store's versions, the one just kept among them.
-        var same = index
-        while same > kept.startIndex, kept[same - 1].replacedAt == version.replacedAt {
-            if kept[same - 1].path == version.path { return Removal() }
-            same -= 1
+        if let queue = byDirectory[version.directory],
+           queue.reversed().prefix(while: { $0.version.replacedAt >= version.replacedAt }).contains(where: { $0.version.name == version.name }) {
+            return Removal()
         }
-        kept.insert(version, at: index)
-        countByDirectory[version.directory, default: 0] += 1
-        totalBytes += version.allocatedBytes
+        insert(version)
         var removal = Removal()
-        if countByDirectory[version.directory, default: 0] > limits.count,
-           let oldest = kept.firstIndex(where: { $0.directory == version.directory }) {
-            take(at: oldest, into: &removal)
+        if let queue = byDirectory[version.directory], queue.count > limits.count, let oldest = queue.first {
+            take(oldest, into: &removal)
         }
-        while let first = kept.first, now.timeIntervalSince(first.replacedAt) > limits.age { take(at: 0, into: &removal) }
+        while let first = oldest(), now.timeIntervalSince(first.version.replacedAt) > limits.age { take(first, into: &removal) }
         let more = freeSpace(needed: 0)
         removal.versions += more.versions
         removal.emptiedDirectories += more.emptiedDirectories
@@ -264,27 +266,57 @@ public struct VersionRetention: Sendable {
     public mutating func freeSpace(needed: UInt64) -> Removal {
         var removal = Removal()
         var gained: UInt64 = 0
-        while let first = kept.first, totalBytes > limits.space || gained < needed {
-            gained += first.allocatedBytes
-            take(at: 0, into: &removal)
+        while let first = oldest(), totalBytes > limits.space || gained < needed {
+            gained += first.version.allocatedBytes
+            take(first, into: &removal)
         }
         return removal
     }
 
     /// Versions removed by someone else (the shell, the client library).
     public mutating func forget(_ versions: [FileVersionRecord]) {
-        let paths = Set(versions.map(\.path))
         var ignored = Removal()
-        while let index = kept.firstIndex(where: { paths.contains($0.path) }) { take(at: index, into: &ignored) }
+        for version in versions {
+            if let entry = byDirectory[version.directory]?.first(where: { $0.version.name == version.name }) {
+                take(entry, into: &ignored)
+            }
+        }
     }
 
-    private mutating func take(at index: Int, into removal: inout Removal) {
-        let version = kept.remove(at: index)
-        totalBytes -= min(totalBytes, version.allocatedBytes)
-        removal.versions.append(version)
-        let left = countByDirectory[version.directory, default: 1] - 1
-        countByDirectory[version.directory] = left > 0 ? left : nil
-        if left <= 0 { removal.emptiedDirectories.append(version.directory) }
+    /// Counts `version` in, in time order (they arrive in it but for clocks and queues: from the end).
+    private mutating func insert(_ version: FileVersionRecord) {
+        let entry = Entry(serial: nextSerial, version: version)
+        nextSerial += 1
+        live.insert(entry.serial)
+        Self.insert(entry, into: &order)
+        Self.insert(entry, into: &byDirectory[version.directory, default: []])
+        totalBytes += version.allocatedBytes
+    }
+
+    private static func insert(_ entry: Entry, into queue: inout Deque<Entry>) {
+        var index = queue.endIndex
+        while index > queue.startIndex, queue[index - 1].version.replacedAt > entry.version.replacedAt { index -= 1 }
+        queue.insert(entry, at: index)
+    }
+
+    /// The oldest version still counted, dropping the entries taken out of turn before it.
+    private mutating func oldest() -> Entry? {
+        while let first = order.first, !live.contains(first.serial) { order.removeFirst() }
+        return order.first
+    }
+
+    private mutating func take(_ entry: Entry, into removal: inout Removal) {
+        guard live.remove(entry.serial) != nil else { return }
+        let directory = entry.version.directory
+        if var queue = byDirectory.removeValue(forKey: directory) {
+            if let index = queue.firstIndex(where: { $0.serial == entry.serial }) { queue.remove(at: index) }
+            if queue.isEmpty { removal.emptiedDirectories.append(directory) } else { byDirectory[directory] = queue }
+        }
+        totalBytes -= min(totalBytes, entry.version.allocatedBytes)
+        removal.versions.append(entry.version)
+        // Entries taken out of turn wait in `order` until they come first: compacted when they
+        // outnumber the counted ones, so that a file rewritten all day holds no more than its count.
+        if order.count > 2 * live.count + 64 { order.removeAll { !live.contains($0.serial) } }
     }
 }
 

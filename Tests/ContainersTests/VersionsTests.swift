@@ -28,6 +28,31 @@ final class VersionsTests: XCTestCase {
         XCTAssertEqual(single.freeSpace(needed: 1).emptiedDirectories, ["d"])
     }
 
+    func testAFileRewrittenAllDayKeepsItsCountWhileOthersKeepTheirOrder() {
+        var limits = VersionLimits()
+        limits.count = 3
+        limits.age = 1_000_000
+        var retention = VersionRetention(limits: limits, existing: [version("b", 1), version("c", 2)])
+        var removed: [String] = []
+        for second in 0..<1_000 {
+            let removal = retention.kept(version("a", 10 + Double(second)), now: Date(timeIntervalSince1970: 2_000))
+            XCTAssertEqual(removal.emptiedDirectories, [])
+            removed += removal.versions.map(\.name)
+        }
+        XCTAssertEqual(removed, (0..<997).map { version("a", 10 + Double($0)).name }, "a's oldest, one at a time")
+        XCTAssertEqual(retention.count, 5)
+        // Out of order (another queue's keep), and counted once when the store's listing has it already.
+        XCTAssertEqual(retention.kept(version("b", 5), now: Date(timeIntervalSince1970: 2_000)).versions, [])
+        XCTAssertEqual(retention.kept(version("b", 5), now: Date(timeIntervalSince1970: 2_000)).versions, [])
+        XCTAssertEqual(retention.count, 6)
+        // The store-wide order is by time, whatever a file's count took out of it before.
+        let all = retention.freeSpace(needed: UInt64.max)
+        XCTAssertEqual(all.versions.map(\.directory), ["b", "c", "b", "a", "a", "a"])
+        XCTAssertEqual(Set(all.emptiedDirectories), ["a", "b", "c"])
+        XCTAssertEqual(retention.count, 0)
+        XCTAssertEqual(retention.totalBytes, 0)
+    }
+
     func testTheVersionJustKeptIsCountedOnceWhenTheStoresVersionsAreLoadedWithIt() {
         // The first keep of a mount loads the store's versions after linking the new one in.
         var limits = VersionLimits()
