@@ -21,8 +21,12 @@ public final class VersionKeeper: @unchecked Sendable {
         /// Versions directories made and open, by their item's place: a keep then makes none, and
         /// links by name in the directory. A few (the files being edited): a descriptor each.
         var directories: [ItemPath: Directory] = [:]
+        /// The containers' versions directories, open: a file's is made and opened in its
+        /// container's without a walk from the store's root.
+        var containers: [String: DirectoryHandle] = [:]
     }
     private static let directoriesKept = 8
+    private static let containersKept = 16
 
     /// A versions directory, open for linking into while a keep may use it.
     final class Directory: Sendable {
@@ -193,7 +197,19 @@ public final class VersionKeeper: @unchecked Sendable {
     /// The item's versions directory, made and opened the first time.
     private func versionsDirectory(of place: ItemPath) -> Directory? {
         if let known = state.withLock({ $0.directories[place] }) { return known }
-        guard let (container, path) = split(place), let made = try? store.prepare(container: container, path: path) else { return nil }
+        guard let (container, path) = split(place) else { return nil }
+        // A container's directory removed by hand since it was opened is made again.
+        let made: DirectoryHandle
+        if let parent = state.withLock({ $0.containers[container] }), let found = try? store.prepare(path: path, in: parent) {
+            made = found
+        } else {
+            guard let parent = try? store.containerDirectory(container), let found = try? store.prepare(path: path, in: parent) else { return nil }
+            state.withLock { state in
+                if state.containers.count >= Self.containersKept, let any = state.containers.keys.first { state.containers[any] = nil }
+                state.containers[container] = parent
+            }
+            made = found
+        }
         let opened = Directory(made)
         state.withLock { state in
             if state.directories.count >= Self.directoriesKept, let any = state.directories.keys.first {
@@ -230,10 +246,11 @@ public final class VersionKeeper: @unchecked Sendable {
     /// On `queue`. A version someone removed already (the shell, the client library) is gone either
     /// way. Its directory is reached as the store made it, never through a link planted there.
     private func remove(_ removal: VersionRetention.Removal) {
+        let containers = state.withLock { $0.containers }
         for version in removal.versions {
             // The directory of a file being rewritten is open already: the keep just linked into it.
             let known = state.withLock { $0.directories.values.first { $0.path == version.directory }?.handle }
-            guard let directory = known ?? (try? store.open(version.directory)) else { continue }
+            guard let directory = known ?? (try? store.open(version.directory, known: { containers[$0] })) else { continue }
             if !recycle(version.name, directory.fd) { unlinkat(directory.fd, version.name, 0) }
         }
         for directory in removal.emptiedDirectories {

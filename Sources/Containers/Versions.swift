@@ -63,13 +63,25 @@ public struct VersionStore: Sendable {
     /// at a time: the owner owns these directories, and a link planted among them must not lead a
     /// daemon running as root out of the store (docs/versions.md, "Who owns them").
     public func prepare(container: String, path: String) throws -> DirectoryHandle {
+        try prepare(path: path, in: containerDirectory(container))
+    }
+
+    /// The versions directory of `container` (and the store's), made if need be, and open: what
+    /// `prepare(path:in:)` makes a file's in.
+    public func containerDirectory(_ container: String) throws -> DirectoryHandle {
         let owner = try self.owner()
         let (versions, madeVersions) = try DirectoryHandle.making("versions", in: DirectoryHandle(path: storeRoot), mode: 0o700)
         if madeVersions { try give(versions, to: owner) }
         let (parent, madeParent) = try DirectoryHandle.making(container, in: versions, mode: 0o755)
         if madeParent { try give(parent, to: owner) }
+        return parent
+    }
+
+    /// `prepare` in a container's versions directory that `containerDirectory` opened.
+    public func prepare(path: String, in parent: DirectoryHandle) throws -> DirectoryHandle {
         let (directory, made) = try DirectoryHandle.making(VersionStore.key(path), in: parent, mode: 0o755)
         guard made else { return directory }
+        let owner = try self.owner()
         // Written before the directory is the owner's: nothing of theirs is in it yet.
         let pathFile = openat(directory.fd, VersionStore.pathFileName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
         guard pathFile >= 0 else { throw posixError("create", directory.path + "/" + VersionStore.pathFileName) }
@@ -104,13 +116,25 @@ public struct VersionStore: Sendable {
         return try DirectoryHandle(in: container, key)
     }
 
+    /// `open`, in the container's versions directory `known` gives when it has it open.
+    public func open(_ directory: String, known: (String) -> DirectoryHandle?) throws -> DirectoryHandle {
+        let (container, key) = try names(of: directory)
+        return try DirectoryHandle(in: known(container) ?? DirectoryHandle(in: DirectoryHandle(path: root), container), key)
+    }
+
     /// The open container directory of one of this store's versions directories, and its name in it.
     private func locate(_ directory: String) throws -> (DirectoryHandle, String) {
+        let (container, key) = try names(of: directory)
+        return (try DirectoryHandle(in: DirectoryHandle(path: root), container), key)
+    }
+
+    /// The container and the key of one of this store's versions directories.
+    private func names(of directory: String) throws -> (container: String, key: String) {
         let components = directory.hasPrefix(root + "/") ? directory.dropFirst(root.count + 1).split(separator: "/") : []
         guard components.count == 2, !components.contains(where: { $0 == "." || $0 == ".." }) else {
             throw ContainerError("\(directory): not a versions directory of the store \(storeRoot).")
         }
-        return (try DirectoryHandle(in: DirectoryHandle(path: root), String(components[0])), String(components[1]))
+        return (String(components[0]), String(components[1]))
     }
 
     /// Runs `body` with the name of the version replaced `nanoseconds` after 1970, `v-NANOSECONDS`,

@@ -248,6 +248,19 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(versions(file), ["two\n"])
     }
 
+    func testVersionsAreKeptAfterTheAppsVersionsWereRemovedByHand() throws {
+        // The mount keeps the app's versions directory open; removed, it is made again.
+        let first = home + "/Documents/first.txt", second = home + "/Documents/second.txt"
+        sh("echo one > Documents/first.txt; echo two > Documents/first.txt")
+        waitForVersions(first, count: 1)
+        try FileManager.default.removeItem(atPath: VersionStore(store: mounted.store).root + "/" + SampleApps.notes)
+        sh("echo one > Documents/second.txt; echo two > Documents/second.txt; echo three > Documents/first.txt")
+        waitForVersions(second, count: 1)
+        waitForVersions(first, count: 1)
+        XCTAssertEqual(versions(second), ["one\n"])
+        XCTAssertEqual(versions(first), ["two\n"])
+    }
+
     func testVersionsGoWithTheirApp() throws {
         sh("echo a > Documents/gone.txt; echo b > Documents/gone.txt")
         waitForVersions(home + "/Documents/gone.txt", count: 1)
