@@ -234,8 +234,14 @@ public final class VersionKeeper: @unchecked Sendable {
     }
 
     private func withRetention<R>(_ body: (inout VersionRetention) -> R) -> R {
-        state.withLock { state in
-            var retention = state.retention ?? VersionRetention(limits: limits, existing: store.allVersions())
+        // The store's versions are listed outside the lock, which a save's rename takes too: a
+        // store of many versions takes a while. A version kept meanwhile is counted once (`kept`).
+        if state.withLock({ $0.retention == nil }) {
+            let listed = VersionRetention(limits: limits, existing: store.allVersions())
+            state.withLock { state in if state.retention == nil { state.retention = listed } }
+        }
+        return state.withLock { state in
+            var retention = state.retention ?? VersionRetention(limits: limits, existing: [])
             // Taken out, so that it is changed in place rather than copied.
             state.retention = nil
             defer { state.retention = retention }
