@@ -113,7 +113,8 @@ final class Islands: @unchecked Sendable {
         if namespace == home { return .unconfined }
         if let known = state.withLock({ $0.resolved[namespace] }) { return known }
         let identity = trace(pid)
-        state.withLock { $0.resolved[namespace] = identity }
+        // One that could not be traced (no descriptor left) is refused now and traced again next time.
+        if identity != .unknown { state.withLock { $0.resolved[namespace] = identity } }
         return identity
     }
 
@@ -130,8 +131,9 @@ final class Islands: @unchecked Sendable {
             if namespace == home { return .unconfined }
             if let app = state.withLock({ $0.recorded[namespace] }) { return .app(app) }
             let parent = clinux_ns_parent(current)
-            // EPERM: above the daemon's own namespace; nothing there is recorded.
-            guard parent >= 0 else { return .unconfined }
+            // EPERM: above the daemon's own namespace; nothing there is recorded. Any other failure
+            // (EMFILE) says nothing of where the namespace is: refused, as an app's would be.
+            guard parent >= 0 else { return errno == EPERM ? .unconfined : .unknown }
             close(current)
             current = parent
         }
