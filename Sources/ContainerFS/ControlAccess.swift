@@ -30,7 +30,12 @@ extension ContainerFileSystem {
         for component in path.components {
             guard permits(attributes, X_OK) else { return false }
             let next = Backing.withCName(component.bytes) { openat(directory, $0, O_PATH | O_NOFOLLOW | O_CLOEXEC) }
-            guard next >= 0 else { break }
+            // Only an item not made yet is judged by its nearest directory: one that could not be
+            // opened (no descriptor left) says nothing of what lies below it.
+            guard next >= 0 else {
+                if errno == ENOENT { break }
+                return false
+            }
             opened.append(next)
             directory = next
             zone = zone.child(named: component.bytes.withUnsafeBytes { String(decoding: $0, as: UTF8.self) })

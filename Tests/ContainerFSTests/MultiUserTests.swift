@@ -291,6 +291,20 @@ extension MultiUserTests {
                        "no name inside the secret directory is told: \(replies)")
     }
 
+    func testAPresenterTheDaemonCouldNotCheckIsRefused() throws {
+        // The directory on the way cannot be opened (no descriptor left): it is not skipped for
+        // the one above it, which the user may read.
+        sh("mkdir -m 700 Documents/secret && echo plan > Documents/secret/plan.txt")
+        let app = "com.example.notes"
+        let plan = #"["\#(app)","Documents","secret","plan.txt"]"#
+        var replies: [String] = []
+        let failed = try mounted.failed("openat", with: "EMFILE", on: mounted.backing(app) + "/Documents") {
+            replies = controlClient([#"{"type":"addPresenter","body":{"presenter":"spy","path":\#(plan)}}"#], listenFor: 1)
+        }
+        XCTAssertFalse(failed.isEmpty, "no open in Documents failed: the test showed nothing")
+        XCTAssertTrue(replies.contains { $0.contains(#""accessDenied""#) && $0.contains("presenter spy") }, "\(replies)")
+    }
+
     func testStatusShowsAnotherUsersItemsOnlyToRoot() {
         let binary = Shell.quote(MountedStore.executable)
         sh("echo shared > Documents/shared.txt && chmod 644 Documents/shared.txt")
