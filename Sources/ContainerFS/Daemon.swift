@@ -247,9 +247,10 @@ public enum Daemon {
         return descriptor
     }
 
-    /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer EIO.
+    /// Checks every bundle's seal. A bundle that fails is still mounted, but its changed files answer
+    /// EIO; one that cannot be checked answers EIO for all of them, as one without a seal does.
     private static func checkSeals(_ apps: [AppID], of store: Store, logger: Logger) -> [SealReport] {
-        apps.compactMap { app in
+        apps.map { app in
             do {
                 let report = try Seal.check(store: store, id: app)
                 for finding in report.findings {
@@ -258,8 +259,9 @@ public enum Daemon {
                 }
                 return report
             } catch {
-                logger.error("cannot check the seal", metadata: ["app": "\(app)", "error": "\(error)"])
-                return nil
+                logger.error("cannot check the seal; the bundle's files answer EIO until a mount checks it",
+                             metadata: ["app": "\(app)", "error": "\(error)"])
+                return SealReport.unchecked(app, bundleName: (try? store.record(app))?.bundleName ?? "", because: error)
             }
         }
     }

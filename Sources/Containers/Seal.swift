@@ -59,6 +59,8 @@ public struct SealFinding: Sendable, Equatable, CustomStringConvertible {
         case manifestMissing(String)
         /// The manifest's signature does not check out against the store's key.
         case signatureInvalid(String)
+        /// The bundle could not be compared with its seal (a walk or a read failed).
+        case uncheckable(String)
     }
 
     /// Bundle-relative; empty for findings about the whole bundle or its manifest.
@@ -74,13 +76,14 @@ public struct SealFinding: Sendable, Equatable, CustomStringConvertible {
         case .bundleMissing: return "the bundle directory is missing"
         case .manifestMissing(let why): return "no usable seal manifest (\(why))"
         case .signatureInvalid(let why): return "the seal's signature is not valid (\(why))"
+        case .uncheckable(let why): return "the bundle could not be checked against its seal (\(why))"
         }
     }
 
     /// Whether this finding leaves nothing in the bundle that can be vouched for.
     var condemnsWholeBundle: Bool {
         switch problem {
-        case .bundleMissing, .manifestMissing, .signatureInvalid: return true
+        case .bundleMissing, .manifestMissing, .signatureInvalid, .uncheckable: return true
         case .modified, .added, .removed: return false
         }
     }
@@ -109,6 +112,12 @@ public struct SealReport: Sendable {
     }
 
     public var isIntact: Bool { findings.isEmpty }
+
+    /// The report of a bundle whose check failed with `error`: nothing in it is vouched for.
+    public static func unchecked(_ id: AppID, bundleName: String, because error: any Error) -> SealReport {
+        SealReport(id: id, bundleName: bundleName, findings: [SealFinding(path: "", problem: .uncheckable("\(error)"))],
+                   itemsChecked: 0)
+    }
 
     /// Whether the daemon may serve the bundle item at `bundleRelativePath` as intact
     /// (called per open, so it is a set lookup).

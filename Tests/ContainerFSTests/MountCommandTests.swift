@@ -403,6 +403,34 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
     }
 
+    func testABundleWhoseSealCannotBeCheckedAnswersEIO() throws {
+        try XCTSkipIf(geteuid() != 0, "strace attaches to the daemon, which needs root here")
+        // strace fails the listings of a folder of the bundle: its check at the mount cannot end.
+        let folder = storePath + "/containers/com.example.notes/Notes.app/Resources"
+        let tracer = Process()
+        tracer.executableURL = URL(fileURLWithPath: "/usr/bin/strace")
+        tracer.arguments = ["-f", "-o", "/dev/null", "-P", folder, "-e", "trace=getdents64", "-e", "inject=getdents64:error=EIO",
+                            MountedStore.executable, "mount", "-f", storePath, mountPoint]
+        tracer.standardInput = FileHandle.nullDevice
+        let log = Pipe()
+        tracer.standardError = log
+        try tracer.run()
+        defer {
+            _ = containerfs("unmount \(Shell.quote(mountPoint))")
+            tracer.terminate()
+            tracer.waitUntilExit()
+        }
+        XCTAssertTrue(waitUntil { isMounted }, "the mount did not come up")
+        let container = mountPoint + "/com.example.notes"
+        XCTAssertTrue(Shell.run("cat Notes.app/Info.plist", in: container).error.contains("Input/output error"),
+                      "a file of a bundle that could not be checked is served")
+        XCTAssertEqual(Shell.run("cat Photos.app/Info.plist", in: mountPoint + "/com.example.photos").output, "<plist/>\n")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        tracer.waitUntilExit()
+        let said = String(decoding: log.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertTrue(said.contains("cannot check the seal"), said)
+    }
+
     func testUninstallAndRestoreAreRefusedWhileMounted() {
         XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
         let uninstall = containerfs("uninstall --force \(Shell.quote(storePath)) com.example.notes")
