@@ -204,19 +204,11 @@ public final class VersionKeeper: @unchecked Sendable {
             made = found
         } else {
             guard let parent = try? store.containerDirectory(container), let found = try? store.prepare(path: path, in: parent) else { return nil }
-            state.withLock { state in
-                if state.containers.count >= Self.containersKept, let any = state.containers.keys.first { state.containers[any] = nil }
-                state.containers[container] = parent
-            }
+            state.withLock { $0.containers.set(parent, for: container, keepingAtMost: Self.containersKept) }
             made = found
         }
         let opened = Directory(made)
-        state.withLock { state in
-            if state.directories.count >= Self.directoriesKept, let any = state.directories.keys.first {
-                state.directories[any] = nil
-            }
-            state.directories[place] = opened
-        }
+        state.withLock { $0.directories.set(opened, for: place, keepingAtMost: Self.directoriesKept) }
         return opened
     }
 
@@ -263,5 +255,14 @@ public final class VersionKeeper: @unchecked Sendable {
             forgetDirectories { $0.path == directory }
             store.removeDirectory(directory)
         }
+    }
+}
+
+private extension Dictionary {
+    /// Sets `value` for `key`, dropping any one other entry first when `limit` are held: the
+    /// keeper's caches of open directories, a descriptor each.
+    mutating func set(_ value: Value, for key: Key, keepingAtMost limit: Int) {
+        if self[key] == nil, count >= limit, let any = keys.first { self[any] = nil }
+        self[key] = value
     }
 }

@@ -112,8 +112,7 @@ public struct VersionStore: Sendable {
     /// Opens one of this store's versions directories (`ROOT/CONTAINER/KEY`, as records name them)
     /// one real directory at a time, as `prepare` does.
     public func open(_ directory: String) throws -> DirectoryHandle {
-        let (container, key) = try locate(directory)
-        return try DirectoryHandle(in: container, key)
+        try open(directory, known: { _ in nil })
     }
 
     /// `open`, in the container's versions directory `known` gives when it has it open.
