@@ -96,7 +96,14 @@ extension ContainerFileSystem {
         guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
         replyAttributeData(request, size: size) { buffer, capacity in
-            node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
+            // The kernel asks for security.capability at every write: a file being written answers
+            // from its session's descriptor (one call, where a look-up by name costs four). A shadow
+            // carries the file's attributes (`changeAttributes`); a fresh session's is the file.
+            let fromSession = !node.isRegularFile ? nil : node.withSession { session -> Int? in
+                guard let session, session.shadow >= 0, session.log == nil else { return nil }
+                return clinux_fgetxattr(session.shadow, name, buffer, capacity)
+            }
+            return fromSession ?? node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
         }
     }
 

@@ -238,6 +238,28 @@ final class AtomicReplaceTests: MountedTestCase {
         XCTAssertEqual(sh("ls -i Documents/f | cut -d' ' -f1"), sh("stat -c %i Documents/f"))
     }
 
+    func testAFileBeingWrittenShowsItsAttributesAndTheirChanges() {
+        // While a writer has it open, attributes are read from the writer's shadow: it must carry
+        // the file's, and those set meanwhile.
+        sh("echo first > Documents/x && python3 -c \"import os; os.setxattr('Documents/x', 'user.tag', b'kept')\"")
+        let script = """
+        import os
+        get = lambda: os.getxattr('Documents/x', 'user.tag').decode()
+        for flags in (os.O_WRONLY | os.O_TRUNC, os.O_WRONLY):
+            f = os.open('Documents/x', flags)
+            os.write(f, b'second')
+            seen = [get()]
+            os.setxattr('Documents/x', 'user.tag', b'changed')
+            seen.append(get())
+            os.close(f)
+            seen.append(get())
+            os.setxattr('Documents/x', 'user.tag', b'kept')
+            print(' '.join(seen))
+        """
+        XCTAssertEqual(sh("python3 -c \(Shell.quote(script))"), "kept changed changed\nkept changed changed\n")
+        XCTAssertEqual(sh("cat Documents/x"), "second")
+    }
+
     func testTheInodeNumberLastsThroughManyPublishes() {
         // The filesystem reuses freed inode numbers, sometimes the item's own: the number shown never moves.
         sh("""
