@@ -23,13 +23,18 @@ public enum ControlCodec {
 
     /// One complete frame, header included.
     public static func encode(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
-        let payload = try encodePayload(message)
-        guard payload.count <= maxPayloadSize else {
-            throw .oversized(length: payload.count, limit: maxPayloadSize)
+        // The payload goes after room for its header, which is filled in once its length is known.
+        var frame: [UInt8] = [0, 0, 0, 0]
+        if case .presenterMessage(let notice) = message {
+            frame.reserveCapacity(256)
+            appendNotice(notice, to: &frame)
+        } else {
+            frame += try encodePayload(message)
         }
-        let length = UInt32(payload.count)
-        return [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
-            + payload
+        let length = frame.count - headerSize
+        guard length <= maxPayloadSize else { throw .oversized(length: length, limit: maxPayloadSize) }
+        for index in 0..<headerSize { frame[index] = UInt8(truncatingIfNeeded: length >> (8 * (headerSize - 1 - index))) }
+        return frame
     }
 
     /// Decodes exactly one frame: missing bytes are `truncated`, extra bytes are `malformed`.
@@ -51,7 +56,11 @@ public enum ControlCodec {
     }
 
     static func encodePayload(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
-        if case .presenterMessage(let notice) = message { return try encodeNotice(notice) }
+        if case .presenterMessage(let notice) = message {
+            var payload: [UInt8] = []
+            appendNotice(notice, to: &payload)
+            return payload
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
@@ -125,18 +134,17 @@ public enum ControlCodec {
 
     /// A presenter notice, written by hand as the encoder would write it (sorted keys, slashes
     /// unescaped): one goes out per presenter and operation, and JSONEncoder costs more than the
-    /// operation itself.
-    static func encodeNotice(_ notice: ControlMessage.PresenterNotice) throws(ControlCodecError) -> [UInt8] {
-        var payload = Array(#"{"body":{"expectsReply":"#.utf8)
-        payload += notice.expectsReply ? Array("true".utf8) : Array("false".utf8)
-        payload += Array(#","message":"#.utf8)
+    /// operation itself. Appended in place, with no array made on the way.
+    static func appendNotice(_ notice: ControlMessage.PresenterNotice, to payload: inout [UInt8]) {
+        append(#"{"body":{"expectsReply":"#, to: &payload)
+        append(notice.expectsReply ? "true" : "false", to: &payload)
+        append(#","message":"#, to: &payload)
         appendJSON(notice.message, to: &payload)
-        payload += Array(#","messageID":"#.utf8)
-        payload += Array(String(notice.messageID.rawValue).utf8)
-        payload += Array(#","presenter":"#.utf8)
+        append(#","messageID":"#, to: &payload)
+        appendDecimal(notice.messageID.rawValue, to: &payload)
+        append(#","presenter":"#, to: &payload)
         appendJSONString(notice.presenter.rawValue, to: &payload)
-        payload += Array(#"},"type":"presenterMessage","version":1}"#.utf8)
-        return payload
+        append(#"},"type":"presenterMessage","version":1}"#, to: &payload)
     }
 
     /// `PresenterMessage.encode(to:)`'s object, keys in sorted order: from, name, path, to, version.
@@ -159,22 +167,22 @@ public enum ControlCodec {
         }
         bytes.append(UInt8(ascii: "{"))
         if let from {
-            bytes += Array(#""from":"#.utf8)
+            append(#""from":"#, to: &bytes)
             appendJSON(from, to: &bytes)
             bytes.append(UInt8(ascii: ","))
         }
-        bytes += Array(#""name":"#.utf8)
+        append(#""name":"#, to: &bytes)
         appendJSONString(message.name, to: &bytes)
         if let path {
-            bytes += Array(#","path":"#.utf8)
+            append(#","path":"#, to: &bytes)
             appendJSON(path, to: &bytes)
         }
         if let to {
-            bytes += Array(#","to":"#.utf8)
+            append(#","to":"#, to: &bytes)
             appendJSON(to, to: &bytes)
         }
         if let version {
-            bytes += Array(#","version":"#.utf8)
+            append(#","version":"#, to: &bytes)
             appendJSONString(version, to: &bytes)
         }
         bytes.append(UInt8(ascii: "}"))
@@ -188,7 +196,9 @@ public enum ControlCodec {
             if let string = component.string {
                 appendJSONString(string, to: &bytes)
             } else {
-                bytes += Array(#"{"hex":""#.utf8) + Array(encodeHex(component.bytes).utf8) + Array(#""}"#.utf8)
+                append(#"{"hex":""#, to: &bytes)
+                bytes.append(contentsOf: encodeHex(component.bytes).utf8)
+                append(#""}"#, to: &bytes)
             }
         }
         bytes.append(UInt8(ascii: "]"))
@@ -196,21 +206,49 @@ public enum ControlCodec {
 
     /// A JSON string literal, escaped as JSONEncoder escapes (slashes left alone).
     static func appendJSONString(_ string: String, to bytes: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
         bytes.append(UInt8(ascii: "\""))
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes += [UInt8(ascii: "\\"), byte]
-            case 0x08: bytes += Array(#"\b"#.utf8)
-            case 0x0C: bytes += Array(#"\f"#.utf8)
-            case 0x0A: bytes += Array(#"\n"#.utf8)
-            case 0x0D: bytes += Array(#"\r"#.utf8)
-            case 0x09: bytes += Array(#"\t"#.utf8)
-            case 0..<0x20: bytes += Array(#"\u00"#.utf8) + [hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-            default: bytes.append(byte)
+        var string = string
+        string.withUTF8 { utf8 in
+            // Most names need no escape: copied whole.
+            guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                return bytes.append(contentsOf: utf8)
+            }
+            for byte in utf8 {
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                    bytes.append(UInt8(ascii: "\\"))
+                    bytes.append(byte)
+                case 0x08: append(#"\b"#, to: &bytes)
+                case 0x0C: append(#"\f"#, to: &bytes)
+                case 0x0A: append(#"\n"#, to: &bytes)
+                case 0x0D: append(#"\r"#, to: &bytes)
+                case 0x09: append(#"\t"#, to: &bytes)
+                case 0..<0x20:
+                    append(#"\u00"#, to: &bytes)
+                    bytes.append(hexDigit(byte >> 4))
+                    bytes.append(hexDigit(byte & 0xF))
+                default: bytes.append(byte)
+                }
             }
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    private static func append(_ literal: StaticString, to bytes: inout [UInt8]) {
+        bytes.append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
+    private static func appendDecimal(_ value: UInt64, to bytes: inout [UInt8]) {
+        var divisor: UInt64 = 1
+        while value / divisor >= 10 { divisor *= 10 }
+        while divisor > 0 {
+            bytes.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+            divisor /= 10
+        }
+    }
+
+    private static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 
     /// A short reason for an error report, without echoing large inputs back.

@@ -1,4 +1,4 @@
-// Reads back a presenter notice exactly as `ControlCodec.encodeNotice` writes it, without
+// Reads back a presenter notice exactly as `ControlCodec.appendNotice` writes it, without
 // JSONDecoder: a presenter client gets one per operation it hears of, and decoding them cost it
 // more than the operation cost the daemon. Anything else (another layout, a `\u` escape, a name
 // that is not valid UTF-8) makes it give up, and the strict decoder reads the frame instead, so
