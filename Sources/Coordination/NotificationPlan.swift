@@ -62,6 +62,14 @@ public struct NotificationPlan: Hashable, Sendable {
         default:
             break
         }
+        // Most operations concern no presenter: one look at the registry says so.
+        switch operation {
+        case .move(let source, let destination, _):
+            guard registry.presentsAnything(around: source) || registry.presentsAnything(around: destination) else { return }
+        case .read(let path, _), .write(let path), .create(let path), .delete(let path), .metadataChange(let path),
+             .saveByReplacing(_, let path):
+            guard registry.presentsAnything(around: path) else { return }
+        }
         switch operation {
         case .move(let source, let destination, false) where NotificationPlan.isFoundationTemporary(source):
             publish(change: .presentedSubitemDidAppear(at: destination), of: destination, audience: audience)
@@ -125,6 +133,7 @@ public struct NotificationPlan: Hashable, Sendable {
     /// A previous version of the item at `path` was kept: its presenters, and those of the
     /// directories around it, hear of it. Nobody is left out (no access of anyone's made it).
     public static func versionAdded(at path: ItemPath, version: String, registry: PresenterRegistry) -> [PresenterDelivery] {
+        guard registry.presentsAnything(around: path) else { return [] }
         let audience = Audience(registry: registry, initiator: Initiator())
         var plan = NotificationPlan()
         plan.add(.presentedItemDidGainVersion(version), toEach: audience.presenters(of: path), in: \.after)

@@ -100,6 +100,12 @@ public final class PresenterRegistry: Sendable {
         }
     }
 
+    /// Whether anyone presents `path`, an item above it or one inside it: the only presenters an
+    /// operation on it can concern. One walk down the tree, where a plan's look-ups take several.
+    public func presentsAnything(around path: ItemPath) -> Bool {
+        index.withLock { $0.tree.holdsKeys(along: path.components[...]) }
+    }
+
     /// Presenters of items strictly inside `path` (deepest last).
     public func presenters(inside path: ItemPath) -> [PresenterRecord] {
         index.withLock { index -> [PresenterRecord] in
@@ -236,6 +242,14 @@ public final class PresenterRegistry: Sendable {
         func subtree(at path: ArraySlice<PathComponent>) -> PathTree? {
             guard let first = path.first else { return self }
             return children[first]?.subtree(at: path.dropFirst())
+        }
+
+        /// Whether a key is held here or on the way to `path`, at it, or below it (an empty
+        /// subtree is never kept).
+        func holdsKeys(along path: ArraySlice<PathComponent>) -> Bool {
+            guard keys.isEmpty else { return true }
+            guard let first = path.first else { return !children.isEmpty }
+            return children[first]?.holdsKeys(along: path.dropFirst()) ?? false
         }
 
         func keys(at path: ArraySlice<PathComponent>) -> Set<PresenterKey> {

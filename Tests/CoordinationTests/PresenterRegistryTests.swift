@@ -110,6 +110,9 @@ final class PresenterRegistryTests: XCTestCase {
             XCTAssertEqual(registry.presenters(inside: probe).map(\.key),
                            model.filter { probe.isAncestor(of: $0.value) }.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key),
                            "step \(step)")
+            // A plan looks further only where this says someone presents the probe, above or inside it.
+            XCTAssertEqual(registry.presentsAnything(around: probe),
+                           model.values.contains { $0.isEqualOrAncestor(of: probe) || probe.isAncestor(of: $0) }, "step \(step)")
             XCTAssertEqual(registry.all().count, model.count)
         }
     }
