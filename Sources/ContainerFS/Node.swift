@@ -767,22 +767,26 @@ final class NodeTable: @unchecked Sendable {
     func place(of node: Node) -> (parent: Node, name: NodeName)? { node.lastSeen }
 
     /// The item's path from the mount root, as coordination and presenters name it.
-    func itemPath(of node: Node) -> ItemPath {
+    func itemPath(of node: Node) -> ItemPath { itemPath(of: node, then: nil) }
+
+    func itemPath<Name: Sequence<UInt8>>(of parent: Node, appending name: Name) -> ItemPath {
+        itemPath(of: parent, then: PathComponent(bytes: Array(name)))
+    }
+
+    /// The path of `node`, then `last`: one array, filled from the end (every operation makes one).
+    private func itemPath(of node: Node, then last: PathComponent?) -> ItemPath {
         state.withLock { _ in
             var components: [PathComponent] = []
+            components.reserveCapacity(12)
+            if let last { components.append(last) }
             var current = node
             while let parent = current.parent {
                 if let component = PathComponent(bytes: current.name.bytes) { components.append(component) }
                 current = parent
             }
-            return ItemPath(components: components.reversed())
+            components.reverse()
+            return ItemPath(components: components)
         }
-    }
-
-    func itemPath<Name: Sequence<UInt8>>(of parent: Node, appending name: Name) -> ItemPath {
-        let base = itemPath(of: parent)
-        guard let component = PathComponent(bytes: Array(name)) else { return base }
-        return base.appending(component)
     }
 
     /// Every node in the index now.
