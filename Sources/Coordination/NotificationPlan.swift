@@ -53,7 +53,7 @@ public struct NotificationPlan: Hashable, Sendable {
     }
 
     public init(for operation: CoordinatedOperation, initiator: Initiator, registry: PresenterRegistry) {
-        let audience = Audience(registry: registry, initiator: initiator)
+        let around = { (path: ItemPath) in Audience(registry.around(path), initiator: initiator) }
         // Foundation's atomic write works in a temporary file of its own, which Apple's presenters
         // never hear of: only what it becomes.
         switch operation {
@@ -72,10 +72,10 @@ public struct NotificationPlan: Hashable, Sendable {
         }
         switch operation {
         case .move(let source, let destination, false) where NotificationPlan.isFoundationTemporary(source):
-            publish(change: .presentedSubitemDidAppear(at: destination), of: destination, audience: audience)
+            publish(change: .presentedSubitemDidAppear(at: destination), of: destination, audience: around(destination))
 
         case .read(let path, let options):
-            let holders = audience.holders(of: path)
+            let holders = around(path).holders
             for presenter in holders {
                 add(.relinquishPresentedItemToReader, to: presenter, in: \.before)
                 if !options.contains(.withoutChanges) { add(.savePresentedItemChanges, to: presenter, in: \.before) }
@@ -83,41 +83,42 @@ public struct NotificationPlan: Hashable, Sendable {
             add(.reacquirePresentedItem, toEach: holders, in: \.after)
 
         case .write(let path):
-            publish(change: .presentedSubitemDidChange(at: path), of: path, audience: audience)
+            publish(change: .presentedSubitemDidChange(at: path), of: path, audience: around(path))
 
         case .saveByReplacing(_, let original):
-            publish(change: .presentedSubitemDidChange(at: original), of: original, audience: audience)
+            publish(change: .presentedSubitemDidChange(at: original), of: original, audience: around(original))
 
         case .create(let path):
-            publish(change: .presentedSubitemDidAppear(at: path), of: path, audience: audience)
+            publish(change: .presentedSubitemDidAppear(at: path), of: path, audience: around(path))
 
         case .delete(let path):
+            let audience = around(path)
             // Presenters of items deleted before, inside a folder deleted now, were told already.
-            add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: path).filter {
+            add(.accommodatePresentedItemDeletion, toEach: audience.subtree.filter {
                 !registry.presentsDeletedItem($0.key)
             }, in: \.before)
-            add(.accommodatePresentedSubitemDeletion(at: path), toEach: audience.directories(above: path), in: \.before)
+            add(.accommodatePresentedSubitemDeletion(at: path), toEach: audience.directoriesAbove, in: \.before)
 
         case .move(let source, let destination, let replacesDestination):
+            let (from, to) = (around(source), around(destination))
             if replacesDestination {
-                add(.accommodatePresentedItemDeletion, toEach: audience.subtree(at: destination), in: \.before)
+                add(.accommodatePresentedItemDeletion, toEach: to.subtree, in: \.before)
             }
-            let moving = audience.subtree(at: source)
-            let packages = audience.packages(above: source)
-            add(.relinquishPresentedItemToWriter, toEach: moving + packages, in: \.before)
+            let moving = from.subtree
+            add(.relinquishPresentedItemToWriter, toEach: moving + from.packagesAbove, in: \.before)
             for presenter in moving {
                 let newPath = presenter.path.replacingPrefix(source, with: destination)!
                 add(.presentedItemDidMove(to: newPath), to: presenter, in: \.after)
             }
             // Both the old and the new enclosing directories see the subitem move, each once.
-            var directories = audience.directories(above: source)
+            var directories = from.directoriesAbove
             let known = Set(directories.map(\.key))
-            directories += audience.directories(above: destination).filter { !known.contains($0.key) }
+            directories += to.directoriesAbove.filter { !known.contains($0.key) }
             add(.presentedSubitemDidMove(from: source, to: destination), toEach: directories, in: \.after)
-            add(.reacquirePresentedItem, toEach: moving + packages, in: \.after)
+            add(.reacquirePresentedItem, toEach: moving + from.packagesAbove, in: \.after)
 
         case .metadataChange(let path):
-            add(.presentedItemDidChange, toEach: audience.presenters(of: path), in: \.after)
+            add(.presentedItemDidChange, toEach: around(path).presenters, in: \.after)
         }
     }
 
@@ -134,20 +135,20 @@ public struct NotificationPlan: Hashable, Sendable {
     /// directories around it, hear of it. Nobody is left out (no access of anyone's made it).
     public static func versionAdded(at path: ItemPath, version: String, registry: PresenterRegistry) -> [PresenterDelivery] {
         guard registry.presentsAnything(around: path) else { return [] }
-        let audience = Audience(registry: registry, initiator: Initiator())
+        let audience = Audience(registry.around(path), initiator: Initiator())
         var plan = NotificationPlan()
-        plan.add(.presentedItemDidGainVersion(version), toEach: audience.presenters(of: path), in: \.after)
-        plan.add(.presentedSubitemDidGainVersion(at: path, version: version), toEach: audience.directories(above: path), in: \.after)
+        plan.add(.presentedItemDidGainVersion(version), toEach: audience.presenters, in: \.after)
+        plan.add(.presentedSubitemDidGainVersion(at: path, version: version), toEach: audience.directoriesAbove, in: \.after)
         return plan.after
     }
 
     /// The write pattern: relinquish to writer; once published, the item did change and its
     /// enclosing directories hear `directoryMessage`; then reacquire.
     private mutating func publish(change directoryMessage: PresenterMessage, of path: ItemPath, audience: Audience) {
-        let holders = audience.holders(of: path)
+        let holders = audience.holders
         add(.relinquishPresentedItemToWriter, toEach: holders, in: \.before)
-        add(.presentedItemDidChange, toEach: audience.presenters(of: path), in: \.after)
-        add(directoryMessage, toEach: audience.directories(above: path), in: \.after)
+        add(.presentedItemDidChange, toEach: audience.presenters, in: \.after)
+        add(directoryMessage, toEach: audience.directoriesAbove, in: \.after)
         add(.reacquirePresentedItem, toEach: holders, in: \.after)
     }
 
@@ -162,31 +163,29 @@ public struct NotificationPlan: Hashable, Sendable {
     }
 }
 
-/// The registry seen from one operation: the initiator's own presenters are left out.
+/// The presenters around one item, seen from one operation: the initiator's own are left out.
 private struct Audience {
-    let registry: PresenterRegistry
-    let initiator: Initiator
+    /// The item's own.
+    let presenters: [PresenterRecord]
+    /// Of the directories above, nearest first.
+    let directoriesAbove: [PresenterRecord]
+    /// Of the packages above, nearest first.
+    let packagesAbove: [PresenterRecord]
+    /// Of the items inside it.
+    private let inside: [PresenterRecord]
 
-    private func others(_ presenters: [PresenterRecord]) -> [PresenterRecord] {
-        presenters.filter { !initiator.isOrigin(of: $0) }
-    }
-
-    func presenters(of path: ItemPath) -> [PresenterRecord] { others(registry.presenters(of: path)) }
-
-    func packages(above path: ItemPath) -> [PresenterRecord] {
-        others(registry.presentersOfEnclosingPackages(of: path))
+    init(_ around: PresentersAround, initiator: Initiator) {
+        let others = { (presenters: [PresenterRecord]) in presenters.filter { !initiator.isOrigin(of: $0) } }
+        presenters = others(around.at)
+        directoriesAbove = others(around.above.flatMap { $0 })
+        packagesAbove = others(around.packagesAbove)
+        inside = others(around.inside)
     }
 
     /// Whoever holds the item in the sense of coordination: its presenters, and the presenters
     /// of packages around it, since a package is one item as a whole.
-    func holders(of path: ItemPath) -> [PresenterRecord] { presenters(of: path) + packages(above: path) }
+    var holders: [PresenterRecord] { presenters + packagesAbove }
 
     /// The item's presenters and those of everything inside it.
-    func subtree(at path: ItemPath) -> [PresenterRecord] {
-        presenters(of: path) + others(registry.presenters(inside: path))
-    }
-
-    func directories(above path: ItemPath) -> [PresenterRecord] {
-        others(registry.presentersOfEnclosingDirectories(of: path))
-    }
+    var subtree: [PresenterRecord] { presenters + inside }
 }

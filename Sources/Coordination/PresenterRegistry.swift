@@ -50,6 +50,18 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
     public var purpose: PurposeID { key.purpose }
 }
 
+/// The presenters around one item (`PresenterRegistry.around`).
+public struct PresentersAround: Sendable {
+    /// Of each directory above the item, nearest first (the root's last), each one's by key.
+    public var above: [[PresenterRecord]] = []
+    /// Of the packages among those directories, nearest first.
+    public var packagesAbove: [PresenterRecord] = []
+    /// Of the item itself, by key.
+    public var at: [PresenterRecord] = []
+    /// Of the items strictly inside it, deepest last.
+    public var inside: [PresenterRecord] = []
+}
+
 public final class PresenterRegistry: Sendable {
     public let packageRule: PackageRule
     private let index = Locked(Index())
@@ -107,25 +119,46 @@ public final class PresenterRegistry: Sendable {
     }
 
     /// Presenters of items strictly inside `path` (deepest last).
-    public func presenters(inside path: ItemPath) -> [PresenterRecord] {
-        index.withLock { index -> [PresenterRecord] in
-            guard let subtree = index.tree.subtree(at: path.components[...]) else { return [] }
-            var keys: [PresenterKey] = []
-            for child in subtree.children.values { child.collect(into: &keys) }
-            return keys.compactMap { index.records[$0] }
-        }.sorted { ($0.path, $0.key) < ($1.path, $1.key) }
-    }
+    public func presenters(inside path: ItemPath) -> [PresenterRecord] { around(path).inside }
 
     /// Presenters of the directories above `path`, nearest directory first; they hear the
     /// presentedSubitem… messages.
     public func presentersOfEnclosingDirectories(of path: ItemPath) -> [PresenterRecord] {
-        presenters(ofEach: path.ancestors)
+        around(path).above.flatMap { $0 }
     }
 
     /// Presenters of the packages above `path`, nearest first: an item inside a package is part
     /// of the package, so they hear what its own presenters hear.
-    public func presentersOfEnclosingPackages(of path: ItemPath) -> [PresenterRecord] {
-        presenters(ofEach: packageRule.packagesAbove(path))
+    public func presentersOfEnclosingPackages(of path: ItemPath) -> [PresenterRecord] { around(path).packagesAbove }
+
+    /// Everyone presenting something around the item at `path`, read in one walk down the tree
+    /// (where a look-up a directory would walk it again for each).
+    public func around(_ path: ItemPath) -> PresentersAround {
+        let components = path.components
+        let rule = packageRule
+        var found = index.withLock { index -> PresentersAround in
+            var around = PresentersAround()
+            around.above.reserveCapacity(components.count)
+            var tree: PathTree? = index.tree
+            var packages: [[PresenterRecord]] = []
+            // At step `depth`, `tree` is the directory made of the first `depth` names.
+            for (depth, component) in components.enumerated() {
+                let here = tree.map { index.records($0.keys) } ?? []
+                around.above.append(here)
+                if depth > rule.fixedDepth, rule.isPackageName(components[depth - 1]) { packages.append(here) }
+                tree = tree?.children[component]
+            }
+            around.above.reverse()
+            around.packagesAbove = packages.reversed().flatMap { $0 }
+            guard let tree else { return around }
+            around.at = index.records(tree.keys)
+            var keys: [PresenterKey] = []
+            for child in tree.children.values { child.collect(into: &keys) }
+            around.inside = keys.compactMap { index.records[$0] }
+            return around
+        }
+        found.inside.sort { ($0.path, $0.key) < ($1.path, $1.key) }
+        return found
     }
 
     /// Re-keys every presenter at or below `source` after a rename; returns them with new paths.
@@ -180,13 +213,6 @@ public final class PresenterRegistry: Sendable {
 
     // MARK: - Internals
 
-    /// Presenters of each path, in the order of `paths`, each path's sorted by key.
-    private func presenters(ofEach paths: [ItemPath]) -> [PresenterRecord] {
-        index.withLock { index in
-            paths.flatMap { index.records(index.tree.keys(at: $0.components[...])) }
-        }
-    }
-
     private struct Index {
         var records: [PresenterKey: PresenterRecord] = [:]
         var tree = PathTree()
@@ -211,7 +237,7 @@ public final class PresenterRegistry: Sendable {
         }
 
         func records(_ keys: Set<PresenterKey>) -> [PresenterRecord] {
-            keys.sorted().compactMap { records[$0] }
+            keys.isEmpty ? [] : keys.sorted().compactMap { records[$0] }
         }
     }
 

@@ -107,6 +107,8 @@ final class PresenterRegistryTests: XCTestCase {
             XCTAssertEqual(registry.presenters(of: probe).map(\.key), sortedKeys([probe]), "step \(step)")
             XCTAssertEqual(registry.presentersOfEnclosingDirectories(of: probe).map(\.key), sortedKeys(probe.ancestors),
                            "step \(step)")
+            XCTAssertEqual(registry.presentersOfEnclosingPackages(of: probe).map(\.key),
+                           sortedKeys(probe.ancestors.filter { $0.lastComponent?.pathExtension != nil }), "step \(step)")
             XCTAssertEqual(registry.presenters(inside: probe).map(\.key),
                            model.filter { probe.isAncestor(of: $0.value) }.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key),
                            "step \(step)")
