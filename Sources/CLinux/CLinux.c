@@ -8,6 +8,7 @@
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <linux/fs.h>
+#include <linux/fiemap.h>
 #include <linux/nsfs.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -46,6 +47,26 @@ int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char
     return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length) { return fallocate(fd, mode, offset, length); }
+long long clinux_unwritten_end(int fd, long long from) {
+    struct { struct fiemap map; struct fiemap_extent extents[32]; } request;
+    unsigned long long start = (unsigned long long)from;
+    long long end = 0;
+    for (;;) {
+        memset(&request, 0, sizeof request);
+        request.map.fm_start = start;
+        request.map.fm_length = FIEMAP_MAX_OFFSET - start;
+        request.map.fm_extent_count = 32;
+        if (ioctl(fd, FS_IOC_FIEMAP, &request.map) != 0) return -1;
+        if (request.map.fm_mapped_extents == 0) return end;
+        for (unsigned int index = 0; index < request.map.fm_mapped_extents; index++) {
+            const struct fiemap_extent *extent = &request.extents[index];
+            long long stop = (long long)(extent->fe_logical + extent->fe_length);
+            if ((extent->fe_flags & FIEMAP_EXTENT_UNWRITTEN) && stop > end) end = stop;
+            if (extent->fe_flags & FIEMAP_EXTENT_LAST) return end;
+            start = extent->fe_logical + extent->fe_length;
+        }
+    }
+}
 int clinux_contains(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length) {
     return memmem(haystack, haystack_length, needle, needle_length) != NULL;
 }

@@ -170,6 +170,7 @@ final class Shadows: @unchecked Sendable {
                                       needed: !Backing.writtenDataOrdersRenames(onFileSystemOf: directory))
         unsynced = UnsyncedPublishes(directory: directory, renameCommits: renameCommits, versions: versions)
         canExchange = Shadows.canExchange(in: directory)
+        storeIsExt4 = clinux_fs_type(directory) == 0xEF53
         unsynced.removePrevious = { [weak self] name in self?.removeOrReuse(name) }
         // A write lease (`publishLog`) that an open breaks signals its owner with SIGIO, whose
         // default is to end the process: the daemon needs no signal, the open waits for the lease.
@@ -415,7 +416,8 @@ final class Shadows: @unchecked Sendable {
         // An empty shadow needs only the file's attributes, which its O_PATH descriptor gives.
         let error = node.withItem { descriptor, attributes -> Int32 in
             if copyingData, attributes.st_size > 0 {
-                let (error, log) = fillData(shadow, from: descriptor, size: attributes.st_size, mayLog: mayLog)
+                let (error, log) = fillData(shadow, from: descriptor, size: attributes.st_size,
+                                            allocated: off_t(attributes.st_blocks) * 512, mayLog: mayLog)
                 if error != 0 { return error }
                 // The log changes the file itself: the shadow stays unused.
                 if let log {
@@ -433,9 +435,28 @@ final class Shadows: @unchecked Sendable {
         return (error < 0 ? errno : error, logged)
     }
 
-    /// Gives `shadow` the data of the file open (`O_PATH`) as `descriptor`, `size` bytes: a reflink
-    /// where the store has them, else a copy, or with `mayLog` for a large file a log instead.
-    private func fillData(_ shadow: Int32, from descriptor: Int32, size: off_t, mayLog: Bool) -> (Int32, LoggedRewrite?) {
+    /// Gives the shadow the space the file `original` reserves past its end (`fallocate
+    /// --keep-size`, which logs and databases write into): its preallocated extents there, looked
+    /// for only when it holds more blocks than its data fills. Only on ext4, where nothing but
+    /// fallocate leaves them (XFS's speculative preallocation, reserved again, would last). False
+    /// where the store cannot reserve it (full): the data is whole without it.
+    @discardableResult
+    private func reserveBeyondEnd(_ shadow: Int32, from original: Int32, size: off_t, allocated: off_t) -> Bool {
+        let filled = (size + 4095) / 4096 * 4096
+        guard allocated > filled, storeIsExt4 else { return true }
+        let end = clinux_unwritten_end(original, Int64(filled))
+        guard end > filled else { return end >= 0 }
+        return clinux_fallocate(shadow, 1 /* FALLOC_FL_KEEP_SIZE */, filled, off_t(end) - filled) == 0
+    }
+
+    /// Whether the store is on ext2, ext3 or ext4 (`reserveBeyondEnd`).
+    private let storeIsExt4: Bool
+
+    /// Gives `shadow` the data of the file open (`O_PATH`) as `descriptor`, `size` bytes in
+    /// `allocated` bytes of blocks: a reflink where the store has them, else a copy, or with
+    /// `mayLog` for a large file a log instead.
+    private func fillData(_ shadow: Int32, from descriptor: Int32, size: off_t, allocated: off_t,
+                          mayLog: Bool) -> (Int32, LoggedRewrite?) {
         let large = mayLog && size >= logThreshold
         // Once the store has said it cannot reflink, that stands: a large file is logged at once.
         let mayClone = reflinks.load(ordering: .relaxed)
@@ -446,12 +467,15 @@ final class Shadows: @unchecked Sendable {
         if original < 0, errno == EPERM { original = Backing.withProcPath(descriptor) { open($0, O_RDONLY | O_CLOEXEC) } }
         guard original >= 0 else { return (errno, nil) }
         defer { close(original) }
+        var cloned = false
         if mayClone {
-            if clinux_ficlone(shadow, original) == 0 { return (0, nil) }
-            if errno == EOPNOTSUPP { reflinks.store(false, ordering: .relaxed) }
-            if large, let logged = loggedRewrite(of: descriptor, size: size) { return (0, logged) }
+            cloned = clinux_ficlone(shadow, original) == 0
+            if !cloned, errno == EOPNOTSUPP { reflinks.store(false, ordering: .relaxed) }
+            if !cloned, large, let logged = loggedRewrite(of: descriptor, size: size) { return (0, logged) }
         }
-        return (copyData(from: original, to: shadow, size: Int(size)), nil)
+        let error = cloned ? 0 : copyData(from: original, to: shadow, size: Int(size))
+        if error == 0 { reserveBeyondEnd(shadow, from: original, size: size, allocated: allocated) }
+        return (error, nil)
     }
 
     /// A log for a rewrite of the file open (`O_PATH`) as `descriptor`; nil if the daemon cannot

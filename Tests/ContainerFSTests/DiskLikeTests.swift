@@ -129,6 +129,20 @@ final class DiskLikeTests: MountedTestCase {
         """, expected: "1073741824\nholes kept\nmiddle\nend\n")
     }
 
+    func testRewritingPartOfAFileKeepsTheSpaceReservedBeyondItsEnd() throws {
+        // Logs and databases reserve space past their end (fallocate --keep-size) and write into it;
+        // a rewrite published whole must keep the reservation, as the file itself would.
+        guard Shell.run("stat -f -c %t \(Shell.quote(mounted.store.workPath))").output == "ef53\n" else {
+            throw XCTSkip("the store is not on ext4, the only filesystem where the daemon keeps reservations")
+        }
+        everywhere("""
+        echo hello > reserved && fallocate -n -l 1M reserved
+        python3 -c 'import os; f = os.open("reserved", os.O_WRONLY); os.pwrite(f, b"J", 0); os.close(f)'
+        echo "$(stat -c '%s' reserved) $(( $(stat -c '%b * %B' reserved) >= 1048576 ))"
+        cat reserved
+        """, expected: "6 1\nJello\n")
+    }
+
     func testUnnamedFilesAreWrittenAndThenNamedByLink() {
         // open(O_TMPFILE) then linkat(AT_SYMLINK_FOLLOW): how glibc's and systemd's writers publish
         // a finished file. O_EXCL makes one that can never be named.

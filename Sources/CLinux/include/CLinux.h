@@ -27,6 +27,9 @@ int clinux_spawn_close_from(void *actions, int lowest);
 int clinux_leads_thread_group(int thread);
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 int clinux_fallocate(int fd, int mode, off_t offset, off_t length);
+/// The end of the last unwritten (preallocated) extent of `fd` at or after `from`: 0 if there is
+/// none, -1 with errno set if the filesystem cannot say (FIEMAP).
+long long clinux_unwritten_end(int fd, long long from);
 /// Whether `needle` occurs in `haystack` (memmem).
 int clinux_contains(const void *haystack, size_t haystack_length, const void *needle, size_t needle_length);
 /// Writes the file's dirty data and waits for the writes to end (sync_file_range over the whole
