@@ -80,6 +80,20 @@ final class MountCommandTests: XCTestCase {
         XCTAssertFalse(isMounted)
     }
 
+    func testAMountWhoseRecordCannotBeEmptiedOrWrittenFailsAndLeavesNone() throws {
+        // strace fails the first of each call: the record's, the first file the mount writes.
+        for (call, step) in [("ftruncate", "truncate"), ("pwrite64", "write")] {
+            let result = Shell.run("strace -f -o /dev/null -e trace=\(call) -e inject=\(call):error=EIO:when=1 timeout 30 "
+                                   + "\(Shell.quote(MountedStore.executable)) mount -f \(Shell.quote(storePath)) "
+                                   + "\(Shell.quote(mountPoint)) < /dev/null")
+            XCTAssertNotEqual(result.status, 0, "a mount nobody can find must not start (\(call))")
+            XCTAssertTrue(result.error.contains(".json: \(step) failed: Input/output error"), result.error)
+            XCTAssertFalse(isMounted)
+            let records = try FileManager.default.contentsOfDirectory(atPath: try Store.open(storePath).workPath + "/mounts")
+            XCTAssertEqual(records, [], "the failed mount's record is removed (\(call))")
+        }
+    }
+
     func testBackgroundMountAndUnmount() {
         let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
         XCTAssertEqual(mount.status, 0, mount.error)
