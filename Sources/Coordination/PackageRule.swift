@@ -37,10 +37,13 @@ public struct PackageRule: Sendable {
         return nil
     }
 
+    /// Whether the directory these names lead to from the root is a package.
+    public func isPackage(_ names: ArraySlice<PathComponent>) -> Bool {
+        names.count > fixedDepth && names.last.map(isPackageName) ?? false
+    }
+
     /// The packages strictly above `path`, nearest first.
     public func packagesAbove(_ path: ItemPath) -> [ItemPath] {
-        path.ancestors.filter { ancestor in
-            ancestor.components.count > fixedDepth && ancestor.lastComponent.map(isPackageName) ?? false
-        }
+        path.ancestors.filter { isPackage($0.components[...]) }
     }
 }

@@ -52,9 +52,11 @@ public struct PresenterRecord: Hashable, Sendable, Codable {
 
 /// The presenters around one item (`PresenterRegistry.around`).
 public struct PresentersAround: Sendable {
-    /// Of each directory above the item, nearest first (the root's last), each one's by key.
+    /// Of each directory above the item, nearest first (the root's last), each one's by key: they
+    /// hear the presentedSubitem… messages.
     public var above: [[PresenterRecord]] = []
-    /// Of the packages among those directories, nearest first.
+    /// Of the packages among those directories, nearest first: an item inside a package is part
+    /// of it, so they hear what its own presenters hear.
     public var packagesAbove: [PresenterRecord] = []
     /// Of the item itself, by key.
     public var at: [PresenterRecord] = []
@@ -118,19 +120,6 @@ public final class PresenterRegistry: Sendable {
         index.withLock { $0.tree.holdsKeys(along: path.components[...]) }
     }
 
-    /// Presenters of items strictly inside `path` (deepest last).
-    public func presenters(inside path: ItemPath) -> [PresenterRecord] { around(path).inside }
-
-    /// Presenters of the directories above `path`, nearest directory first; they hear the
-    /// presentedSubitem… messages.
-    public func presentersOfEnclosingDirectories(of path: ItemPath) -> [PresenterRecord] {
-        around(path).above.flatMap { $0 }
-    }
-
-    /// Presenters of the packages above `path`, nearest first: an item inside a package is part
-    /// of the package, so they hear what its own presenters hear.
-    public func presentersOfEnclosingPackages(of path: ItemPath) -> [PresenterRecord] { around(path).packagesAbove }
-
     /// Everyone presenting something around the item at `path`, read in one walk down the tree
     /// (where a look-up a directory would walk it again for each).
     public func around(_ path: ItemPath) -> PresentersAround {
@@ -145,7 +134,7 @@ public final class PresenterRegistry: Sendable {
             for (depth, component) in components.enumerated() {
                 let here = tree.map { index.records($0.keys) } ?? []
                 around.above.append(here)
-                if depth > rule.fixedDepth, rule.isPackageName(components[depth - 1]) { packages.append(here) }
+                if rule.isPackage(components[..<depth]) { packages.append(here) }
                 tree = tree?.children[component]
             }
             around.above.reverse()

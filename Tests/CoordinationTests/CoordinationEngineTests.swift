@@ -160,8 +160,8 @@ final class CoordinationEngineSetupTests: XCTestCase {
                                         packageRule: PackageRule { $0.pathExtension == Array("pages".utf8) })
         engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("p")), path: path("D/x.app"))
         engine.registry.add(PresenterKey(owner: bob, purpose: PurposeID("q")), path: path("D/y.pages"))
-        XCTAssertEqual(engine.registry.presentersOfEnclosingPackages(of: path("D/x.app/f")), [])
-        XCTAssertEqual(engine.registry.presentersOfEnclosingPackages(of: path("D/y.pages/f")).map(\.purpose),
+        XCTAssertEqual(engine.registry.packagesAbove(path("D/x.app/f")), [])
+        XCTAssertEqual(engine.registry.packagesAbove(path("D/y.pages/f")).map(\.purpose),
                        [PurposeID("q")])
         let holder = Outcome()
         let inApp = Outcome()

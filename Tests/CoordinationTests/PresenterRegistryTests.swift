@@ -16,12 +16,12 @@ final class PresenterRegistryTests: XCTestCase {
         registry.add(key(carol, "sibling"), path: path("D/Doc.pages/Data/y"))
 
         XCTAssertEqual(registry.presenters(of: path("D/Doc.pages/Data/x")).map(\.key), [key(alice, "file")])
-        XCTAssertEqual(registry.presentersOfEnclosingDirectories(of: path("D/Doc.pages/Data/x")).map(\.key),
+        XCTAssertEqual(registry.directoriesAbove(path("D/Doc.pages/Data/x")).map(\.key),
                        [key(bob, "package"), key(bob, "docs"), key(carol, "root")], "nearest first")
-        XCTAssertEqual(registry.presentersOfEnclosingPackages(of: path("D/Doc.pages/Data/x")).map(\.key),
+        XCTAssertEqual(registry.packagesAbove(path("D/Doc.pages/Data/x")).map(\.key),
                        [key(bob, "package")])
-        XCTAssertEqual(registry.presentersOfEnclosingPackages(of: path("D/plain/x")).map(\.key), [])
-        XCTAssertEqual(registry.presenters(inside: path("D/Doc.pages")).map(\.key),
+        XCTAssertEqual(registry.packagesAbove(path("D/plain/x")).map(\.key), [])
+        XCTAssertEqual(registry.inside(path("D/Doc.pages")).map(\.key),
                        [key(alice, "file"), key(carol, "sibling")])
     }
 
@@ -105,11 +105,11 @@ final class PresenterRegistryTests: XCTestCase {
                 paths.flatMap { at in model.filter { $0.value == at }.map(\.key).sorted() }
             }
             XCTAssertEqual(registry.presenters(of: probe).map(\.key), sortedKeys([probe]), "step \(step)")
-            XCTAssertEqual(registry.presentersOfEnclosingDirectories(of: probe).map(\.key), sortedKeys(probe.ancestors),
+            XCTAssertEqual(registry.directoriesAbove(probe).map(\.key), sortedKeys(probe.ancestors),
                            "step \(step)")
-            XCTAssertEqual(registry.presentersOfEnclosingPackages(of: probe).map(\.key),
+            XCTAssertEqual(registry.packagesAbove(probe).map(\.key),
                            sortedKeys(probe.ancestors.filter { $0.lastComponent?.pathExtension != nil }), "step \(step)")
-            XCTAssertEqual(registry.presenters(inside: probe).map(\.key),
+            XCTAssertEqual(registry.inside(probe).map(\.key),
                            model.filter { probe.isAncestor(of: $0.value) }.sorted { ($0.value, $0.key) < ($1.value, $1.key) }.map(\.key),
                            "step \(step)")
             // A plan looks further only where this says someone presents the probe, above or inside it.

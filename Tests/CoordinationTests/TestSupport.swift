@@ -97,3 +97,10 @@ func path(_ text: String, file: StaticString = #filePath, line: UInt = #line) ->
 let alice = OwnerID(1)
 let bob = OwnerID(2)
 let carol = OwnerID(3)
+
+/// The registry's answers around an item, one part at a time.
+extension PresenterRegistry {
+    func directoriesAbove(_ path: ItemPath) -> [PresenterRecord] { around(path).above.flatMap { $0 } }
+    func packagesAbove(_ path: ItemPath) -> [PresenterRecord] { around(path).packagesAbove }
+    func inside(_ path: ItemPath) -> [PresenterRecord] { around(path).inside }
+}
