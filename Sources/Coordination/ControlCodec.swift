@@ -55,12 +55,8 @@ public enum ControlCodec {
         return length
     }
 
+    /// The payload as JSONEncoder writes it (`encode` writes presenter notices by hand, alike).
     static func encodePayload(_ message: ControlMessage) throws(ControlCodecError) -> [UInt8] {
-        if case .presenterMessage(let notice) = message {
-            var payload: [UInt8] = []
-            appendNotice(notice, to: &payload)
-            return payload
-        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {

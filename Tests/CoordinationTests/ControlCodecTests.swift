@@ -97,8 +97,8 @@ final class ControlCodecTests: XCTestCase {
         ])))
     }
 
-    /// Presenter notices are written by hand (the message encoded once per batch): byte for byte
-    /// what JSONEncoder writes, for every kind of message and awkward presenter names.
+    /// Presenter notices are written by hand: byte for byte what JSONEncoder writes, for every kind
+    /// of message and awkward presenter names.
     func testPresenterNoticesAreWrittenAsTheEncoderWritesThem() throws {
         struct Envelope: Encodable {
             let version = 1
@@ -121,7 +121,7 @@ final class ControlCodecTests: XCTestCase {
         let names = ["p", "", "quote\"back\\slash/", control, "\u{7F}ü€😀", "fuse-\(UInt64.max)"]
         for (index, message) in messages.enumerated() {
             for name in names {
-                for repeated in 0..<2 {   // the second time from the cache
+                for repeated in 0..<2 {
                     let notice = ControlMessage.PresenterNotice(messageID: MessageID(UInt64(index * 7 + repeated) << 40),
                                                                 presenter: PurposeID(name), message: message)
                     let expected = Array(try encoder.encode(Envelope(body: notice)))
@@ -149,7 +149,7 @@ final class ControlCodecTests: XCTestCase {
             for name in ["p", "quote\"back\\slash/", "tab\there", "\u{1}", "ü€😀"] {
                 let notice = ControlMessage.PresenterNotice(messageID: MessageID(UInt64(index) * 1_000_003), presenter: PurposeID(name),
                                                             message: message, expectsReply: index % 2 == 0)
-                let payload = try ControlCodec.encodePayload(.presenterMessage(notice))
+                let payload = Array(try ControlCodec.encode(.presenterMessage(notice)).dropFirst(ControlCodec.headerSize))
                 XCTAssertEqual(try ControlCodec.decodeJSON(payload[...]), .presenterMessage(notice))
                 if name != "\u{1}" {
                     XCTAssertEqual(NoticeReader.read(payload[...]), notice, "read without JSONDecoder")
