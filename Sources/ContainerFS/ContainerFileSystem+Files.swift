@@ -411,18 +411,25 @@ extension ContainerFileSystem {
 
     /// Where a handle's writes go now.
     private enum WriteTarget {
-        /// Its own descriptor, or its session's shadow.
+        /// Its own descriptor.
         case descriptor(Int32)
+        /// Its session's shadow.
+        case shadow(WriteSession)
         /// Its session's log (`Shadows.logWrite`).
         case log(WriteSession)
     }
 
     /// Runs `body` with the descriptor a handle reads and writes now: its own, or its session's shadow
     /// (made again after a publish). The session stays locked meanwhile, so no publish closes it.
+    /// With a `writer`, `body` changes the file.
     private func withDescriptor(of handle: OpenFile, writer: (owner: UInt64, thread: pid_t)? = nil,
                                 _ body: (Int32) -> Void) -> Int32 {
         withTarget(of: handle, writer: writer, logging: false) { target in
-            if case .descriptor(let descriptor) = target { body(descriptor) }
+            switch target {
+            case .descriptor(let descriptor): body(descriptor)
+            case .shadow(let session): writer == nil ? body(session.shadow) : session.changeShadow(body)
+            case .log: break
+            }
         }
     }
 
@@ -451,7 +458,7 @@ extension ContainerFileSystem {
                 session.lastWriter = writer.owner
                 session.writerProcesses.add(writer.thread)
             }
-            body(session.log != nil ? .log(session) : .descriptor(session.shadow))
+            body(session.log != nil ? .log(session) : .shadow(session))
             return 0
         }
     }
@@ -475,6 +482,7 @@ extension ContainerFileSystem {
                 let outcome: (error: Int32, cleared: Bool)
                 switch target {
                 case .descriptor(let descriptor): outcome = Backing.clearSetID(descriptor, changedBy: request.caller)
+                case .shadow(let session): outcome = Backing.clearSetID(session.shadow, changedBy: request.caller)
                 case .log(let session): outcome = session.log.map { Backing.clearSetID($0.original, changedBy: request.caller) } ?? (0, false)
                 }
                 guard outcome.error == 0 else { return written = -Int(outcome.error) }
@@ -488,6 +496,8 @@ extension ContainerFileSystem {
                 // seeking to its end sets back to its own (see attributes(seenThrough:)): appends go to
                 // the shadow's end.
                 written = cfuse_write_buf_to_fd(data, descriptor, handle.appends ? Glibc.lseek(descriptor, 0, SEEK_END) : offset)
+            case .shadow(let session):
+                written = session.write(data, at: handle.appends ? Glibc.lseek(session.shadow, 0, SEEK_END) : offset)
             }
         }
         if error != 0 { return request.reply(error: error) }

@@ -313,7 +313,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             let session = current ?? WriteSession()
             var error = shadows.prepare(session, of: node, truncated: size == 0, mayLog: current == nil)
             if error == 0 {
-                error = session.log != nil ? shadows.logTruncate(session, to: size) : Backing.check(ftruncate(session.shadow, size))
+                error = session.log != nil ? shadows.logTruncate(session, to: size)
+                    : Backing.check(session.changeShadow { ftruncate($0, size) })
             }
             guard error == 0 else { return error }
             session.dirty = true

@@ -11,7 +11,11 @@ import Synchronization
 /// Guarded by its node's `session` lock.
 final class WriteSession {
     /// The shadow, open for reading and writing; -1 between a publish and the next write.
-    var shadow: Int32 = -1
+    var shadow: Int32 = -1 { didSet { written = WrittenPrefix() } }
+    /// What the session's writes put at the start of the shadow, while nothing else changed it
+    /// since it became the shadow: a record then needs no read of the file (`Shadows.place`). Nil
+    /// once anything else changed the shadow (a truncation, an allocation, a log's write).
+    private(set) var written: WrittenPrefix? = WrittenPrefix()
     var shadowName: [CChar] = []
     /// Open write handles sharing the session.
     var writers = 0
@@ -54,6 +58,40 @@ final class WriteSession {
 
     /// How a publish now would put the writes in place.
     var publishes: ContainerFileSystem.Published { fresh ? .inPlace : .replaced }
+
+    /// Writes `data` to the shadow at `offset`: the bytes written, or -errno. A write where the
+    /// written prefix ends carries its checksum on (the data is at hand); any other ends it.
+    func write(_ data: UnsafeMutablePointer<fuse_bufvec>, at offset: off_t) -> Int {
+        let before = written
+        written = nil
+        // Before the copy, which moves the vector past what it copied.
+        let memory = cfuse_buf_memory(data)
+        let count = cfuse_write_buf_to_fd(data, shadow, offset)
+        if count >= 0, let before, before.end == offset, let memory {
+            written = WrittenPrefix(end: offset + off_t(count), checksum: clinux_crc32c(before.checksum, memory, count))
+        }
+        return count
+    }
+
+    /// Runs `body` with the shadow, which it changes other than by a write (a truncation, an
+    /// allocation): what the writes put there is no longer all the shadow holds.
+    func changeShadow<R>(_ body: (Int32) -> R) -> R {
+        written = nil
+        return body(shadow)
+    }
+
+    /// The record of the shadow, whose size `fstat` said is `size` bytes: from the checksum of
+    /// its writes where they made all of it, else read from the file (`PublishRecord.of`).
+    func record(size: off_t) -> (PublishRecord?, Int32) {
+        if let written, written.end == size { return (PublishRecord(size: UInt64(size), checksum: written.checksum), 0) }
+        return PublishRecord.of(shadow, size: UInt64(size))
+    }
+}
+
+/// The bytes `0..<end` of a shadow, all put there by writes, in order, and their CRC-32C.
+struct WrittenPrefix {
+    var end: off_t = 0
+    var checksum: UInt32 = 0
 }
 
 /// What a write session keeps of a rewrite logged in a `DeltaLog`.
@@ -596,7 +634,7 @@ final class Shadows: @unchecked Sendable {
             && (session.fresh || canExchange) && (!durably || recordSparesSyncs)
         var record: [CChar] = []
         if records {
-            let (made, error) = PublishRecord.of(session.shadow, size: UInt64(attributes.st_size))
+            let (made, error) = session.record(size: attributes.st_size)
             guard let made else { return error }
             record = made.name(after: session.fresh ? session.shadowName : Shadows.replacedPrefix + session.shadowName)
         } else if !durably, clinux_write_data_and_wait(session.shadow) != 0 {
@@ -621,7 +659,10 @@ final class Shadows: @unchecked Sendable {
             session.shadowName = []
             unsynced.unlinked(key)
             guard durably else { return 0 }
-            guard fsync(session.shadow) == 0 else { return emptied(session.shadow, afterSyncFailedWith: errno) }
+            guard fsync(session.shadow) == 0 else {
+                let error = errno
+                return session.changeShadow { emptied($0, afterSyncFailedWith: error) }
+            }
             // The mark was a link to the file, and so is its name (linked in at its creation): the
             // file's sync commits the changes of its links.
             return 0
@@ -854,7 +895,7 @@ final class Shadows: @unchecked Sendable {
     func logWrite(_ session: WriteSession, _ data: UnsafeMutablePointer<fuse_bufvec>, at offset: off_t) -> Int {
         guard let log = session.log else { return -Int(EBADF) }
         // The data first: a header never names data that is not there.
-        let written = cfuse_write_buf_to_fd(data, session.shadow, log.end + off_t(DeltaLog.headerSize))
+        let written = session.changeShadow { cfuse_write_buf_to_fd(data, $0, log.end + off_t(DeltaLog.headerSize)) }
         guard written >= 0 else { return written }
         let error = DeltaLog.writeHeader(session.shadow, at: log.end, kind: .write, offset: offset, length: off_t(written))
         guard error == 0 else { return -Int(error) }

@@ -257,6 +257,78 @@ final class CrashTests: MountedTestCase {
         }
     }
 
+    /// A record's checksum comes from the writes themselves while they fill the shadow in order
+    /// (docs/atomic-replace.md, "Closes without a sync"); anything else that changes the shadow (a
+    /// write inside it, a truncation, a punched hole, a second descriptor's write, a copy of the
+    /// previous version under part of it) makes the publish read the file for it. Each way of
+    /// writing is published with a record and the daemon killed before the data is written: the
+    /// next mount keeps every file that reads as its record says, and each must read as the same
+    /// writes leave it on a plain directory. A wrong checksum would put a previous version back.
+    func testRecordsOfEveryWayOfWritingMatchWhatWasWritten() throws {
+        let script = mounted.root.appendingPathComponent("ways-\(UUID().uuidString).py").path
+        try Self.waysOfWriting.write(toFile: script, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: script) }
+        let plain = mounted.root.appendingPathComponent("plain-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let run = "python3 \(Shell.quote(script)) "
+        sh(run + "\(Shell.quote(plain)) before && " + run + "\(Shell.quote(plain)) write")
+        let expected = sh(run + "\(Shell.quote(plain)) digest")
+        XCTAssertEqual(expected.split(separator: "\n").count, 11, expected)
+        sh("mkdir Documents/ways")
+        var records: [String] = []
+        _ = try crashWithUnwrittenPublishes(after: run + "Documents/ways before", of: run + "Documents/ways write", waiting: 3) {
+            records = ((try? FileManager.default.contentsOfDirectory(atPath: $0)) ?? []).filter { PublishRecord.parse($0) != nil }
+        }
+        XCTAssertGreaterThanOrEqual(records.count, 11, "every publish had a record: \(records)")
+        try mounted.remount()
+        XCTAssertEqual(sh(run + "Documents/ways digest"), expected, "every file reads as written")
+    }
+
+    /// `python3 ways.py DIR before|write|digest`: the previous versions, the ways of writing, the
+    /// files' digests.
+    private static let waysOfWriting = #"""
+        import ctypes, hashlib, os, random, sys
+        folder, step = sys.argv[1], sys.argv[2]
+        os.chdir(folder)
+        data = random.Random(7).randbytes(400_000)
+        names = ['sequential', 'new', 'overwritten', 'regrown', 'punched', 'appended', 'whole',
+                 'partial', 'new-regrown', 'new-punched', 'two-descriptors']
+        libc = ctypes.CDLL(None, use_errno=True)
+        def punch(f, offset, length):
+            # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+            if libc.fallocate(f, 3, ctypes.c_long(offset), ctypes.c_long(length)) != 0:
+                raise OSError(ctypes.get_errno(), 'fallocate')
+        def chunks(f, content, size=131072):
+            for start in range(0, len(content), size):
+                os.write(f, content[start:start + size])
+        TRUNC = os.O_WRONLY | os.O_TRUNC
+        NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        if step == 'before':
+            for name in names:
+                if not name.startswith('new'):
+                    with open(name, 'wb') as f:
+                        f.write(b'previous ' * 3000)
+        elif step == 'write':
+            f = os.open('sequential', TRUNC); chunks(f, data[:300_001]); os.close(f)
+            f = os.open('new', NEW, 0o644); chunks(f, data[:70_000], 30_000); os.close(f)
+            f = os.open('overwritten', TRUNC); os.write(f, data[:20_000]); os.pwrite(f, b'x' * 100, 5_000); os.close(f)
+            f = os.open('regrown', TRUNC); os.write(f, data[:10_000]); os.ftruncate(f, 5_000); os.ftruncate(f, 10_000); os.close(f)
+            f = os.open('punched', TRUNC); os.write(f, data[:40_000]); punch(f, 8192, 8192); os.close(f)
+            f = os.open('appended', TRUNC | os.O_APPEND); chunks(f, data[:50_000], 7_000); os.close(f)
+            f = os.open('whole', os.O_WRONLY); os.write(f, data[:27_000]); os.close(f)
+            f = os.open('partial', os.O_WRONLY); os.write(f, data[:10]); os.close(f)
+            f = os.open('new-regrown', NEW, 0o644); os.write(f, data[:10_000]); os.ftruncate(f, 100); os.ftruncate(f, 10_000); os.close(f)
+            f = os.open('new-punched', NEW, 0o644); os.write(f, data[:40_000]); punch(f, 4096, 12288); os.close(f)
+            f = os.open('two-descriptors', TRUNC); g = os.open('two-descriptors', os.O_WRONLY)
+            os.write(f, data[:1_000]); os.pwrite(g, b'y' * 100, 0); os.write(f, data[1_000:2_000]); os.close(g); os.close(f)
+        else:
+            for name in names:
+                with open(name, 'rb') as f:
+                    content = f.read()
+                print(name, len(content), hashlib.sha256(content).hexdigest())
+        """#
+
     /// A new file's fsync promises its content. Where the file's sync does not carry its names
     /// (ext4 without a journal), its mark becomes a record of its size and checksum, which the
     /// background removes later (docs/atomic-replace.md, "Durability"): a daemon killed before that

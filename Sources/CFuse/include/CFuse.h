@@ -43,6 +43,12 @@ static inline ssize_t cfuse_write_buf_to_fd(struct fuse_bufvec *in_buf, int fd, 
     return fuse_buf_copy(&out_buf, in_buf, 0);
 }
 
+/// Where a write's data is in memory, or NULL where it arrived otherwise (a pipe, several buffers).
+static inline const void *cfuse_buf_memory(const struct fuse_bufvec *bufvec) {
+    if (bufvec->count != 1 || bufvec->idx != 0 || (bufvec->buf[0].flags & FUSE_BUF_IS_FD)) return NULL;
+    return (const char *)bufvec->buf[0].mem + bufvec->off;
+}
+
 // MARK: Passthrough (Linux 6.9 and later)
 // libfuse 3.14 predates FUSE passthrough, in which the kernel reads and writes a file registered by
 // the daemon without sending it requests. These few pieces of the kernel's protocol (7.40) are the
