@@ -378,6 +378,15 @@ def steps(directory, model):
     made("other", b"another file", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     yield "an O_TRUNC rewrite closed without a sync, then another file's fsync"
 
+    # Over 1 MiB and written in order, a file is published with a record too (its writes gave the
+    # checksum), where it waited for its data before.
+    made("big", b"big v1", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    big = bytes(range(256)) * (3 << 12)
+    model.wrote("big", big)
+    write_file(d("big"), big, os.O_WRONLY | os.O_TRUNC, sync=unsynced)
+    changed("other", b"another file, after the big one", os.O_WRONLY | os.O_TRUNC)
+    yield "a 3 MiB O_TRUNC rewrite closed without a sync, then another file's fsync"
+
     model.wrote("new", b"REWRITE v4, closed without a sync")
     write_file(d("new"), b"REWRITE", os.O_WRONLY, sync=unsynced)
     model.wrote("other", b"another file, v2")

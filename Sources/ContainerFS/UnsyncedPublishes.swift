@@ -54,6 +54,8 @@ struct MarkTable {
 /// A version published without waiting for its data: what is left to do once the data is written.
 final class UnsyncedPublish: Sendable {
     let key: BackingKey
+    /// Its size: the bytes the next mount reads to check it, if a cut comes first.
+    let size: off_t
     /// Its record's name in the shadow directory, NUL-terminated.
     let record: [CChar]
     /// The previous version's name there, when this one replaced it (nil for a new file).
@@ -64,8 +66,9 @@ final class UnsyncedPublish: Sendable {
     /// errno; and whether what follows it is done.
     private let state: Locked<(file: Int32, written: Int32?, done: Bool)>
 
-    init(key: BackingKey, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
+    init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
         self.key = key
+        self.size = size
         self.record = record
         self.previous = previous
         self.versionPlace = versionPlace
@@ -76,6 +79,7 @@ final class UnsyncedPublish: Sendable {
     /// version): removed like a record, with no data to wait for.
     init(markOf key: BackingKey, named mark: [CChar]) {
         self.key = key
+        size = 0
         record = mark
         previous = nil
         versionPlace = nil
@@ -140,7 +144,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     private let renameCommits: RenameCommits
     private let versions: VersionKeeper?
     private let table = Locked(MarkTable())
-    private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], settleScheduled: Bool)>(([:], [], false))
+    /// The versions waiting for their data, by file; those the background has not begun, in order;
+    /// and the bytes of all that wait.
+    private let waiting = Locked<(jobs: [BackingKey: UnsyncedPublish], queued: [UnsyncedPublish], bytes: off_t, settleScheduled: Bool)>(([:], [], 0, false))
     /// Committed logs whose files are changed but not yet synced, by file (at most one each), and
     /// the files of those no thread has begun (`startRetirements`), in order.
     private let retiring = Locked<(byFile: [BackingKey: LogRetirement], unstarted: [BackingKey])>(([:], []))
@@ -151,8 +157,11 @@ final class UnsyncedPublishes: @unchecked Sendable {
     private let failed = Atomic<Bool>(false)
     /// Beyond this many versions waiting for their data, a close waits for its own: each holds a descriptor.
     static let limit = 256
-    /// Larger files wait for their data at their close: their record would cost a read of all of it.
+    /// Larger files wait for their data at their close: their record would cost a read of all of
+    /// it. Unless their writes checksummed them as they came (`WriteSession.written`): then only the
+    /// next mount after a cut would read them, and what waits so is kept within `recordedBytes`.
     static let largestRecorded: off_t = 1 << 20
+    static let recordedBytes: off_t = 256 << 20
 
     /// Removes (or recycles: `Shadows.recycle`) a previous version no one keeps; set before use.
     var removePrevious: @Sendable ([CChar]) -> Void = { _ in }
@@ -167,10 +176,14 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// syncs again, so that their writers hear of the next failure.
     var hasFailed: Bool { failed.load(ordering: .relaxed) }
 
-    /// Whether a close may publish a file of `size` bytes without waiting for its data.
-    func mayRecord(size: off_t) -> Bool {
-        size <= UnsyncedPublishes.largestRecorded && !hasFailed
-            && waiting.withLock { $0.jobs.count } < UnsyncedPublishes.limit
+    /// Whether a close may publish a file of `size` bytes without waiting for its data, `checksummed`
+    /// if its record needs no read of it.
+    func mayRecord(size: off_t, checksummed: Bool) -> Bool {
+        guard !hasFailed, size <= UnsyncedPublishes.largestRecorded || checksummed else { return false }
+        return waiting.withLock { waiting in
+            waiting.jobs.count < UnsyncedPublishes.limit
+                && (size <= UnsyncedPublishes.largestRecorded || waiting.bytes + size <= UnsyncedPublishes.recordedBytes)
+        }
     }
 
     // MARK: Marks
@@ -208,6 +221,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
         let first = waiting.withLock { waiting -> Bool in
             waiting.jobs[publish.key] = publish
             waiting.queued.append(publish)
+            waiting.bytes += publish.size
             return waiting.queued.count == 1
         }
         if first { queue.async { self.drain() } }
@@ -346,6 +360,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
             let removed = renameCommits.renaming { unlinkat(directory, publish.record, 0) == 0 ? 0 : errno }
             guard removed == 0 else { return removed }
             table.withLock { $0.unlinked(publish.key) }
+            waiting.withLock { $0.bytes -= publish.size }
             if let previous = publish.previous {
                 if let versions, let place = publish.versionPlace {
                     versions.keep(previous, in: directory, at: place)

@@ -80,6 +80,9 @@ final class WriteSession {
         return body(shadow)
     }
 
+    /// Whether the writes made all of the shadow, whose size `fstat` said is `size` bytes.
+    func covers(_ size: off_t) -> Bool { written?.end == size }
+
     /// The record of the shadow, whose size `fstat` said is `size` bytes: from the checksum of
     /// its writes where they made all of it, else read from the file (`PublishRecord.of`).
     func record(size: off_t) -> (PublishRecord?, Int32) {
@@ -630,7 +633,7 @@ final class Shadows: @unchecked Sendable {
         // sync carries none of its names (ext4 without a journal; `syncFresh`), a rewrite's where it
         // carries them all (a journal; `syncSwapped`).
         let recordSparesSyncs = session.fresh ? !fileSyncCarriesNames : fileSyncCarriesNames
-        let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size)
+        let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size, checksummed: session.covers(attributes.st_size))
             && (session.fresh || canExchange) && (!durably || recordSparesSyncs)
         var record: [CChar] = []
         if records {
@@ -646,7 +649,7 @@ final class Shadows: @unchecked Sendable {
             if records {
                 guard renameat(directory, session.shadowName, directory, record) == 0 else { return errno }
                 let error = durably ? syncFresh(session.shadow, of: node, in: nodes) : 0
-                unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: nil, versionPlace: nil))
+                unsynced.add(UnsyncedPublish(key: key, size: attributes.st_size, file: session.shadow, record: record, previous: nil, versionPlace: nil))
                 session.shadow = -1
                 session.shadowName = []
                 return error
@@ -693,11 +696,11 @@ final class Shadows: @unchecked Sendable {
         }
         if records {
             if durably {
-                let error = syncSwapped(session, record: record, of: key, node: node, in: nodes)
+                let error = syncSwapped(session, record: record, of: key, size: attributes.st_size, node: node, in: nodes)
                 guard error == 0 else { return error }
             }
             // The shadow's name now leads to the previous version, kept until the data is written.
-            unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName,
+            unsynced.add(UnsyncedPublish(key: key, size: attributes.st_size, file: session.shadow, record: record, previous: session.shadowName,
                                          versionPlace: versions?.place(of: node, in: nodes)))
             session.shadow = -1
         } else if exchanged {
@@ -720,7 +723,8 @@ final class Shadows: @unchecked Sendable {
     /// the previous version back unless the file reads as the record says. A sync that fails puts
     /// the previous version back (the session's shadow name leads to it) where the disk still takes
     /// the swap; otherwise the record stays for the next mount. Returns 0 or the errno.
-    private func syncSwapped(_ session: WriteSession, record: [CChar], of key: BackingKey, node: Node, in nodes: NodeTable) -> Int32 {
+    private func syncSwapped(_ session: WriteSession, record: [CChar], of key: BackingKey, size: off_t, node: Node,
+                             in nodes: NodeTable) -> Int32 {
         guard fsync(session.shadow) != 0 else { return 0 }
         let error = errno
         var previous = stat()
@@ -730,7 +734,7 @@ final class Shadows: @unchecked Sendable {
             dropRecord(record, of: key)
             return error
         }
-        unsynced.add(UnsyncedPublish(key: key, file: session.shadow, record: record, previous: session.shadowName, versionPlace: nil))
+        unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: session.shadowName, versionPlace: nil))
         session.shadow = -1
         session.shadowName = []
         return error

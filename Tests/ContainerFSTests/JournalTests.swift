@@ -108,7 +108,8 @@ final class JournalTests: LoopImageTestCase {
 final class NoJournalTests: LoopImageTestCase {
     override var journaled: Bool { false }
 
-    /// A new file too large for a record (over 1 MiB): its fsync syncs the data before its mark
+    /// A new file that cannot have a record (over 1 MiB, and changed after its writes filled it, so
+    /// that they did not checksum it): its fsync syncs the data before its mark
     /// goes, since a cut that kept the mark's removal without the data would leave the file torn
     /// with nothing to tell the next mount so. The mark's directory and the name's are synced after.
     func testALargeNewFilesFsyncSyncsItsDataBeforeItsMarkGoes() throws {
@@ -116,6 +117,7 @@ final class NoJournalTests: LoopImageTestCase {
             syscall("""
             f = os.open('Documents/large.bin', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.write(f, os.urandom(3 << 20))
+            os.pwrite(f, b'patched', 1000)
             os.fsync(f)
             os.close(f)
             """, errno: 0)
@@ -129,8 +131,9 @@ final class NoJournalTests: LoopImageTestCase {
         XCTAssertEqual(sh("stat -c %s Documents/large.bin"), "\(3 << 20)\n")
     }
 
-    /// The same file's fsync failing (a disk failing): the writer hears it, and the file is left
-    /// empty, its previous version, there and after the next mount.
+    /// A large new file's fsync failing (a disk failing; here its writes checksummed it, and it has
+    /// a record): the writer hears it, and the file is left empty, its previous version, there and
+    /// after the next mount.
     func testALargeNewFileWhoseSyncFailsIsLeftEmpty() throws {
         try write(to: "Documents/failed.bin", bytes: "os.urandom(3 << 20)", flags: "os.O_WRONLY | os.O_CREAT | os.O_TRUNC",
                   whileFailing: "fsync")
