@@ -86,7 +86,7 @@ final class WriteSession {
     /// The record of the shadow, whose size `fstat` said is `size` bytes: from the checksum of
     /// its writes where they made all of it, else read from the file (`PublishRecord.of`).
     func record(size: off_t) -> (PublishRecord?, Int32) {
-        if let written, written.end == size { return (PublishRecord(size: UInt64(size), checksum: written.checksum), 0) }
+        if covers(size), let written { return (PublishRecord(size: UInt64(size), checksum: written.checksum), 0) }
         return PublishRecord.of(shadow, size: UInt64(size))
     }
 }
