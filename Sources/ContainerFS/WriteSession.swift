@@ -713,8 +713,11 @@ final class Shadows: @unchecked Sendable {
             }
         }
         session.shadowName = []
-        // The rename is durable once the directory is: fsync promised the file's new content.
-        return durably && !records ? Backing.syncDirectory(parent.descriptor) : 0
+        // The rename is durable once the directory is: fsync promised the file's new content. Where
+        // written data does not order names (btrfs), the directory's sync may leave out a swap with
+        // a file of another directory: the whole filesystem is committed instead.
+        guard durably, !records else { return 0 }
+        return renameCommits.needed ? renameCommits.commitWithin() : Backing.syncDirectory(parent.descriptor)
     }
 
     /// A rewrite's fsync after its swap (`place`), where the file's sync commits its data, its
