@@ -64,6 +64,7 @@ CONFIG = {
     "BENCH_OVERWRITE_SIZE": os.environ.get("BENCH_OVERWRITE_SIZE", "64K"),  # what each overwrite writes
     "BENCH_CP_SIZE": os.environ.get("BENCH_CP_SIZE", "1M"),     # file copied over an existing one
     "BENCH_CP_RUNS": env_int("BENCH_CP_RUNS", 30),              # hyperfine runs of that cp
+    "BENCH_CP_LARGE_SIZE": os.environ.get("BENCH_CP_LARGE_SIZE", "32M"),  # and a larger one
     "BENCH_MANY_FILES": env_int("BENCH_MANY_FILES", 100000),    # files listed for the memory workload
     "BENCH_PRESENTERS": env_int("BENCH_PRESENTERS", 1000),
     "BENCH_REWRITES": env_int("BENCH_REWRITES", 1000),          # open(O_CREAT|O_TRUNC), write 4 KiB, close
@@ -455,7 +456,7 @@ def workload_sqlite(directory):
     return measured
 
 
-def workload_cp(directory, source, scratch):
+def workload_cp(directory, source, scratch, key):
     folder = os.path.join(directory, "cp")
     os.mkdir(folder)
     target = os.path.join(folder, "target.bin")
@@ -466,7 +467,7 @@ def workload_cp(directory, source, scratch):
     with open(report) as file:
         median = json.load(file)["results"][0]["median"]
     shutil.rmtree(folder)
-    return {"cp_over": median * 1000}
+    return {key: median * 1000}
 
 
 def notification_latency(directory, binary):
@@ -563,6 +564,7 @@ WORKLOADS = [
     ("overwrite", "open with O_TRUNC, write {overwrite_size}, close, per file", "ms", 1, TARGETS),
     ("rewrite", "open with O_CREAT|O_TRUNC, write 4 KiB, close, per file", "ms", 1, TARGETS),
     ("cp_over", "cp {cp_size} over an existing file (hyperfine median)", "ms", 1, TARGETS),
+    ("cp_large", "cp {cp_large_size} over an existing file (hyperfine median)", "ms", 1, TARGETS),
     ("sqlite_wal", "SQLite WAL, {sqlite_rows} single-row transactions", "s", 1, TARGETS),
     ("sqlite_rollback", "SQLite rollback journal, {sqlite_rows} single-row transactions", "s", 1, TARGETS),
     ("many_list", "find -ls of {many} files (cold cache)", "s", 1, ["native", "passthrough", "hp", "docs"]),
@@ -724,6 +726,9 @@ def main():
     cp_source = os.path.join(work, "cp-source.bin")
     with open(cp_source, "wb") as file:
         file.write(os.urandom(parse_size(CONFIG["BENCH_CP_SIZE"])))
+    cp_large_source = os.path.join(work, "cp-large-source.bin")
+    with open(cp_large_source, "wb") as file:
+        file.write(os.urandom(parse_size(CONFIG["BENCH_CP_LARGE_SIZE"])))
 
     memory = {}
     try:
@@ -815,7 +820,8 @@ def main():
             ("overwrite", workload_overwrite),
             ("rewrite", workload_rewrite),
             ("sqlite", workload_sqlite),
-            ("cp", lambda place: workload_cp(place, cp_source, work)),
+            ("cp", lambda place: {**workload_cp(place, cp_source, work, "cp_over"),
+                                  **workload_cp(place, cp_large_source, work, "cp_large")}),
         ]
         only = set(filter(None, os.environ.get("BENCH_ONLY", "").split(",")))
         if not only or "fio" in only or "seqread" in only:
@@ -847,6 +853,7 @@ def main():
             "tree": "a copy of " + tree,
             "tree_files": f"{tree_files:,}",
             "cp_size": size_label(CONFIG["BENCH_CP_SIZE"]),
+            "cp_large_size": size_label(CONFIG["BENCH_CP_LARGE_SIZE"]),
             "overwrite_size": size_label(CONFIG["BENCH_OVERWRITE_SIZE"]),
             "many": f"{memory.get('files_listed', CONFIG['BENCH_MANY_FILES']):,}",
             "presenters": f"{CONFIG['BENCH_PRESENTERS']:,}",
