@@ -35,6 +35,16 @@ class LoopImageTestCase: MountedTestCase {
         XCTAssertEqual(Backing.fileSyncCarriesNames(onFileSystemOf: store), journaled, "the image's journal")
     }
 
+    /// Rewrites `path` (`O_TRUNC`) with the Python bytes `content` and fsyncs it before the close.
+    func rewriteSynced(_ path: String, _ content: String) {
+        syscall("""
+        f = os.open('\(path)', os.O_WRONLY | os.O_TRUNC)
+        os.write(f, \(content))
+        os.fsync(f)
+        os.close(f)
+        """, errno: 0)
+    }
+
     override func tearDown() {
         super.tearDown()
         if let imageMount {
@@ -54,12 +64,7 @@ final class JournalTests: LoopImageTestCase {
         sh("echo v0 > Documents/synced.txt; echo v1 > Documents/synced.txt")
         usleep(300_000)
         let syncs = try mounted.counting("fsync,fdatasync") {
-            syscall("""
-            f = os.open('Documents/synced.txt', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v2\\n')
-            os.fsync(f)
-            os.close(f)
-            """, errno: 0)
+            rewriteSynced("Documents/synced.txt", "b'v2\\n'")
         }
         XCTAssertEqual(syncs, 1, "the file's sync alone, after the swap")
         XCTAssertEqual(sh("cat Documents/synced.txt"), "v2\n")
@@ -154,12 +159,7 @@ final class BtrfsTests: LoopImageTestCase {
     func testADurableRewriteCommitsTheFilesystemAfterItsSwap() throws {
         sh("echo v1 > Documents/f.txt")
         let calls = try mounted.calls("renameat2,syncfs,fsync") {
-            syscall("""
-            f = os.open('Documents/f.txt', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v2, synced')
-            os.fsync(f)
-            os.close(f)
-            """, errno: 0)
+            rewriteSynced("Documents/f.txt", "b'v2, synced'")
         }
         let swap = try XCTUnwrap(calls.lastIndex { $0.contains("renameat2(") && $0.contains("RENAME_EXCHANGE") }, "\(calls)")
         XCTAssertTrue(calls[swap...].contains { $0.contains("syncfs(") }, "a commit after the swap: \(calls)")
