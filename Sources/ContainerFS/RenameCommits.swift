@@ -56,23 +56,21 @@ final class RenameCommits: Sendable {
         guard needed else { return body() }
         turns.enter(.syncs)
         defer { turns.leave() }
-        let target = made.load(ordering: .acquiring)
-        let error = committed.withLock { committed -> Int32 in
-            guard committed < target else { return 0 }
-            let error = commit()
-            guard error == 0 else { return error }
-            committed = max(committed, target)
-            return 0
-        }
+        let error = commitRenames(always: false)
         return error == 0 ? body() : error
     }
 
     /// Within `syncing`: commits the filesystem now, for a change of names its `body` made that a
     /// sync of its directory may leave out (a durable publish's swap from the shadow directory: the
     /// power-loss harness found one lost on btrfs). 0 or the errno.
-    func commitWithin() -> Int32 {
+    func commitWithin() -> Int32 { commitRenames(always: true) }
+
+    /// Commits the filesystem if renames were made since the last commit (or `always`), and
+    /// counts them carried. Concurrent callers share a commit. 0 or the errno.
+    private func commitRenames(always: Bool) -> Int32 {
         let target = made.load(ordering: .acquiring)
         return committed.withLock { committed -> Int32 in
+            guard always || committed < target else { return 0 }
             let error = commit()
             if error == 0 { committed = max(committed, target) }
             return error

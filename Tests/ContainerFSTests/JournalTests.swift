@@ -166,4 +166,21 @@ final class BtrfsTests: LoopImageTestCase {
         try mounted.remount()
         XCTAssertEqual(sh("cat Documents/f.txt"), "v2, synced")
     }
+
+    /// That commit failing (a disk failing) is the fsync's answer. The first rewrite's commit
+    /// carries the renames made before, so the second one's fsync has only the commit after its swap.
+    func testACommitAfterTheSwapThatFailsIsTheFsyncsError() throws {
+        sh("echo v1 > Documents/f.txt")
+        rewriteSynced("Documents/f.txt", "b'v2'")
+        try mounted.failing("syncfs", with: "EIO") {
+            syscall("""
+            f = os.open('Documents/f.txt', os.O_WRONLY | os.O_TRUNC)
+            os.write(f, b'v3')
+            try:
+                os.fsync(f)
+            finally:
+                os.close(f)
+            """, errno: EIO)
+        }
+    }
 }
