@@ -35,14 +35,17 @@ class LoopImageTestCase: MountedTestCase {
         XCTAssertEqual(Backing.fileSyncCarriesNames(onFileSystemOf: store), journaled, "the image's journal")
     }
 
-    /// Rewrites `path` (`O_TRUNC`) with the Python bytes `content` and fsyncs it before the close.
-    func rewriteSynced(_ path: String, _ content: String) {
+    /// Rewrites `path` (`O_TRUNC`) with the Python bytes `content` and fsyncs it before the close;
+    /// the fsync's errno must be `expected`.
+    func rewriteSynced(_ path: String, _ content: String, errno expected: Int32 = 0) {
         syscall("""
         f = os.open('\(path)', os.O_WRONLY | os.O_TRUNC)
         os.write(f, \(content))
-        os.fsync(f)
-        os.close(f)
-        """, errno: 0)
+        try:
+            os.fsync(f)
+        finally:
+            os.close(f)
+        """, errno: expected)
     }
 
     override func tearDown() {
@@ -91,14 +94,7 @@ final class JournalTests: LoopImageTestCase {
     func testARewriteWhoseSyncAndSwapBackFailKeepsItsRecordForTheNextMount() throws {
         sh("echo v1 > Documents/stuck.txt")
         try mounted.injecting([("fsync", "error=EIO"), ("renameat2", "error=EIO:when=2"), ("sync_file_range", "error=EIO")]) {
-            syscall("""
-            f = os.open('Documents/stuck.txt', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v2\\n')
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
+            rewriteSynced("Documents/stuck.txt", "b'v2\\n'", errno: EIO)
             XCTAssertEqual(sh("cat Documents/stuck.txt"), "v2\n")
             mounted.crashDaemon()
         }
@@ -173,14 +169,7 @@ final class BtrfsTests: LoopImageTestCase {
         sh("echo v1 > Documents/f.txt")
         rewriteSynced("Documents/f.txt", "b'v2'")
         try mounted.failing("syncfs", with: "EIO") {
-            syscall("""
-            f = os.open('Documents/f.txt', os.O_WRONLY | os.O_TRUNC)
-            os.write(f, b'v3')
-            try:
-                os.fsync(f)
-            finally:
-                os.close(f)
-            """, errno: EIO)
+            rewriteSynced("Documents/f.txt", "b'v3'", errno: EIO)
         }
     }
 }
