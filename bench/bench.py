@@ -59,6 +59,8 @@ CONFIG = {
     "BENCH_RAND_IOS": env_int("BENCH_RAND_IOS", 20000),         # 4 KiB operations per random fio run
     "BENCH_META_FILES": env_int("BENCH_META_FILES", 10000),     # files created, stat'ed and unlinked
     "BENCH_TREE": os.environ.get("BENCH_TREE", "/usr/include"),  # source tree for ls -lR and tar
+    # repository git clones (over file://, as from a server); by default the one holding this script
+    "BENCH_GIT_REPO": os.environ.get("BENCH_GIT_REPO", os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     "BENCH_SAVES": env_int("BENCH_SAVES", 1000),                # editor saves per run
     "BENCH_OVERWRITES": env_int("BENCH_OVERWRITES", 1000),      # O_TRUNC overwrites of one file
     "BENCH_OVERWRITE_SIZE": os.environ.get("BENCH_OVERWRITE_SIZE", "64K"),  # what each overwrite writes
@@ -378,6 +380,20 @@ def workload_tree(directory, archive, scratch):
     return results
 
 
+def workload_tools(directory, tree_copy, repository):
+    """Programs that write many files their own way: rsync (a temporary file each, written, its mode
+    and times set, renamed into place) and git (a pack received, indexed, checked out)."""
+    results = {}
+    destination = os.path.join(directory, "rsync")
+    results["rsync"] = timed(["rsync", "-a", tree_copy + "/", destination + "/"])
+    clone = os.path.join(directory, "clone")
+    results["git_clone"] = timed(["git", "clone", "--quiet", "file://" + repository, clone])
+    drop_caches()
+    results["git_status"] = timed(["git", "-C", clone, "status", "--porcelain"])
+    run(["rm", "-rf", destination, clone])
+    return results
+
+
 def workload_save(directory):
     """An editor's safe save: write a temporary file, fsync it, rename it over the original."""
     count = CONFIG["BENCH_SAVES"]
@@ -560,6 +576,9 @@ WORKLOADS = [
     ("ls_lR", "ls -lR of that tree (cold cache)", "s", 1, TARGETS),
     ("tar_create", "tar create of that tree (cold cache)", "s", 1, TARGETS),
     ("rm_rf", "rm -rf of that tree", "s", 1, TARGETS),
+    ("rsync", "rsync -a of that tree from the native disk", "s", 1, TARGETS),
+    ("git_clone", "git clone of {git_repo} over file:// ({git_files} files)", "s", 1, TARGETS),
+    ("git_status", "git status of that clone (cold cache)", "s", 1, TARGETS),
     ("editor_save", "editor save (write tmp, fsync, rename over), per save", "ms", 1, TARGETS),
     ("overwrite", "open with O_TRUNC, write {overwrite_size}, close, per file", "ms", 1, TARGETS),
     ("rewrite", "open with O_CREAT|O_TRUNC, write 4 KiB, close, per file", "ms", 1, TARGETS),
@@ -723,6 +742,12 @@ def main():
     tree = os.path.abspath(CONFIG["BENCH_TREE"])
     run(["tar", "-cf", archive, "-C", os.path.dirname(tree), os.path.basename(tree)])
     tree_files = sum(1 + len(files) for _, _, files in os.walk(tree))
+    tree_copy = os.path.join(work, "tree-copy")
+    os.makedirs(tree_copy)
+    run(["tar", "-xf", archive, "-C", tree_copy])
+    repository = os.path.abspath(CONFIG["BENCH_GIT_REPO"])
+    git_files = len(subprocess.run(["git", "-C", repository, "ls-files"], check=True, capture_output=True,
+                                   text=True).stdout.splitlines())
     cp_source = os.path.join(work, "cp-source.bin")
     with open(cp_source, "wb") as file:
         file.write(os.urandom(parse_size(CONFIG["BENCH_CP_SIZE"])))
@@ -816,6 +841,7 @@ def main():
             ("fio", workload_fio),
             ("metadata", workload_metadata),
             ("tree", lambda place: workload_tree(place, archive, work)),
+            ("tools", lambda place: workload_tools(place, tree_copy, repository)),
             ("editor save", workload_save),
             ("overwrite", workload_overwrite),
             ("rewrite", workload_rewrite),
@@ -852,6 +878,8 @@ def main():
             "meta": f"{CONFIG['BENCH_META_FILES']:,}",
             "tree": "a copy of " + tree,
             "tree_files": f"{tree_files:,}",
+            "git_repo": repository if "BENCH_GIT_REPO" in os.environ else "this repository",
+            "git_files": f"{git_files:,}",
             "cp_size": size_label(CONFIG["BENCH_CP_SIZE"]),
             "cp_large_size": size_label(CONFIG["BENCH_CP_LARGE_SIZE"]),
             "overwrite_size": size_label(CONFIG["BENCH_OVERWRITE_SIZE"]),
