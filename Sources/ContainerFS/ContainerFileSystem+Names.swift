@@ -149,7 +149,8 @@ extension ContainerFileSystem {
             && source.st_mode & S_IFMT == S_IFREG && destination.st_mode & S_IFMT == S_IFREG
         // What such a save replaces is kept as a version, unless it is empty, or has another name
         // (a hard link: it stays that file, and a version is never written) (docs/versions.md).
-        let keepsReplaced = savesOver && destination.st_size > 0 && links(destination) == 1
+        let replacesOneLink = savesOver && links(destination) == 1
+        let keepsReplaced = replacesOneLink && destination.st_size > 0
         let movesDirectory = source.st_mode & S_IFMT == S_IFDIR
             || flags & RENAME_EXCHANGE != 0 && destination.st_mode & S_IFMT == S_IFDIR
         func operation() -> CoordinatedOperation {
@@ -163,22 +164,38 @@ extension ContainerFileSystem {
             var version: (kept: VersionKeeper.Kept, place: ItemPath)?
             let error = oldName.withPointer { oldPointer in
                 newOwned.withPointer { newPointer in
+                    let rename = {
+                        self.shadows.renameCommits.renaming {
+                            Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
+                        }
+                    }
+                    let unsynced = self.shadows.unsynced
+                    let exchanges = flags & RENAME_EXCHANGE != 0, replacesFile = replacing && !exchanges
                     // As ext4 writes a file renamed over another first: the rename must not be
-                    // durable before the data of an unsynced publish.
-                    var waited = self.shadows.unsynced.waitForData(of: sourceKey)
-                    if waited == 0, flags & RENAME_EXCHANGE != 0, let destinationKey {
-                        waited = self.shadows.unsynced.waitForData(of: destinationKey)
+                    // durable before the data of an unsynced publish (and a data write that failed
+                    // is heard, the name unchanged).
+                    var waited = replacesFile ? unsynced.waitForRetirement(of: sourceKey) : unsynced.waitForData(of: sourceKey)
+                    if waited == 0, exchanges, let destinationKey {
+                        waited = unsynced.waitForData(of: destinationKey)
                     }
                     guard waited == 0 else { return waited }
-                    if replacing && flags & RENAME_EXCHANGE == 0 { self.keepReachable(newPointer, in: to) }
+                    if replacesFile { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
-                    if keepsReplaced, let versions = self.shadows.versions,
-                       let place = versions.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) {
+                    let place = keepsReplaced ? self.shadows.versions?.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) : nil
+                    // A new file not yet written takes it as its record's previous version instead of waiting.
+                    if replacesOneLink, let destinationKey, unsynced.pending(destinationKey) == nil,
+                       let renamed = self.shadows.renameUnwritten(sourceKey, over: newPointer, in: to.descriptor, versionPlace: place,
+                                                                  rename: rename) {
+                        return renamed
+                    }
+                    if replacesFile {
+                        waited = unsynced.waitForData(of: sourceKey)
+                        guard waited == 0 else { return waited }
+                    }
+                    if let place, let versions = self.shadows.versions {
                         version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place) }
                     }
-                    return self.shadows.renameCommits.renaming {
-                        Backing.check(clinux_renameat2(from.descriptor, oldPointer, to.descriptor, newPointer, flags))
-                    }
+                    return rename()
                 }
             }
             if let version, let versions = self.shadows.versions {

@@ -56,23 +56,24 @@ final class UnsyncedPublish: Sendable {
     let key: BackingKey
     /// Its size: the bytes the next mount reads to check it, if a cut comes first.
     let size: off_t
-    /// Its record's name in the shadow directory, NUL-terminated.
-    let record: [CChar]
-    /// The previous version's name there, when this one replaced it (nil for a new file).
-    let previous: [CChar]?
-    /// Where the previous version is kept, when versions are kept.
-    let versionPlace: ItemPath?
+
+    /// What the shadow directory holds of it: its record's name, NUL-terminated; the previous
+    /// version's name there, when it has one (nil for a new file); and where that version is kept,
+    /// when versions are kept.
+    struct Names {
+        var record: [CChar]
+        var previous: [CChar]?
+        var versionPlace: ItemPath?
+    }
+
     /// The version, open (owned until its data is written); the outcome of that write, 0 or an
-    /// errno; and whether what follows it is done.
-    private let state: Locked<(file: Int32, written: Int32?, done: Bool)>
+    /// errno; whether what follows it is done; and its names (a rename may give it a previous version).
+    private let state: Locked<(file: Int32, written: Int32?, done: Bool, names: Names)>
 
     init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
         self.key = key
         self.size = size
-        self.record = record
-        self.previous = previous
-        self.versionPlace = versionPlace
-        state = Locked((file, nil, false))
+        state = Locked((file, nil, false, Names(record: record, previous: previous, versionPlace: versionPlace)))
     }
 
     /// A new file's mark that could not go when its session ended (the file is its empty published
@@ -80,10 +81,7 @@ final class UnsyncedPublish: Sendable {
     init(markOf key: BackingKey, named mark: [CChar]) {
         self.key = key
         size = 0
-        record = mark
-        previous = nil
-        versionPlace = nil
-        state = Locked((-1, 0, false))
+        state = Locked((-1, 0, false, Names(record: mark, previous: nil)))
     }
 
     /// Starts the writes of the data without waiting, so that a batch's writes go out together.
@@ -93,22 +91,43 @@ final class UnsyncedPublish: Sendable {
         }
     }
 
+    /// Runs `body` with the names of a new file whose data is not written yet, holding off the
+    /// background meanwhile: it may give the file a previous version (the file a rename puts it
+    /// over: `Shadows.renameUnwritten`). Nil if the data was written, or the file has a previous
+    /// version already.
+    func withNamesIfUnwritten<R>(_ body: (inout Names) -> R) -> R? {
+        state.withLock { state in
+            guard state.written == nil, state.names.previous == nil else { return nil }
+            return body(&state.names)
+        }
+    }
+
+    /// Held while the data is written, which `state`'s lock is not: a rename may change the names
+    /// meanwhile (`withNamesIfUnwritten`).
+    private let writing = PlainMutex()
+
     /// Waits for the data (once, whoever asks first), then does `afterwards` with it written, until
     /// it succeeds: the record it removes must not outlive a change in place. Returns 0, the errno
     /// of the data's write (for good: the record then brings the previous version back at the
     /// next mount), or that of `afterwards` (tried again by the next call).
-    func finish(_ afterwards: (UnsyncedPublish) -> Int32) -> Int32 {
-        state.withLock { state in
-            if state.done { return 0 }
-            if state.written == nil {
-                state.written = clinux_write_data_and_wait(state.file) == 0 ? 0 : errno
-                close(state.file)
-                state.file = -1
+    func finish(_ afterwards: (Names) -> Int32) -> Int32 {
+        writing.withLock {
+            let file = state.withLock { $0.written == nil ? $0.file : -1 }
+            if file >= 0 {
+                let written = clinux_write_data_and_wait(file) == 0 ? 0 : errno
+                state.withLock { state in
+                    state.written = written
+                    close(state.file)
+                    state.file = -1
+                }
             }
-            if let error = state.written, error != 0 { return error }
-            let error = afterwards(self)
-            state.done = error == 0
-            return error
+            return state.withLock { state in
+                if state.done { return 0 }
+                if let error = state.written, error != 0 { return error }
+                let error = afterwards(state.names)
+                state.done = error == 0
+                return error
+            }
         }
     }
 }
@@ -185,6 +204,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
                 && (size <= UnsyncedPublishes.largestRecorded || waiting.bytes + size <= UnsyncedPublishes.recordedBytes)
         }
     }
+
+    /// The version of the file `key` names that waits for its data, if one does.
+    func pending(_ key: BackingKey) -> UnsyncedPublish? { waiting.withLock { $0.jobs[key] } }
 
     // MARK: Marks
 
@@ -355,14 +377,14 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// removed). A failure leaves the record, which the next mount checks the file against.
     @discardableResult
     private func finish(_ publish: UnsyncedPublish) -> Int32 {
-        let error = publish.finish { publish in
+        let error = publish.finish { names in
             // On btrfs the next sync must not log the removal before the data (`RenameCommits`).
-            let removed = renameCommits.renaming { unlinkat(directory, publish.record, 0) == 0 ? 0 : errno }
+            let removed = renameCommits.renaming { unlinkat(directory, names.record, 0) == 0 ? 0 : errno }
             guard removed == 0 else { return removed }
             table.withLock { $0.unlinked(publish.key) }
             waiting.withLock { $0.bytes -= publish.size }
-            if let previous = publish.previous {
-                if let versions, let place = publish.versionPlace {
+            if let previous = names.previous {
+                if let versions, let place = names.versionPlace {
                     versions.keep(previous, in: directory, at: place)
                 } else {
                     removePrevious(previous)

@@ -781,6 +781,45 @@ final class Shadows: @unchecked Sendable {
         return Backing.syncTogether([directory] + (parent.map { [$0] } ?? [])).first { $0 != 0 } ?? 0
     }
 
+    /// Renames the file `key`, a new file published without waiting for its data, over `name` in
+    /// `parent` with `rename` (0 or an errno), where a cut must not leave the rename without the
+    /// data: the file renamed over becomes its previous version, linked into the shadow directory,
+    /// and its record is renamed to say so, before the rename (the journal commits them in order;
+    /// records exist only where it does, `recordsPublishes`). A cut that keeps the rename but not
+    /// the data then puts that file's content back, as a rewrite's record does, and nobody waits
+    /// for the disk; afterwards the background keeps it as a version at `versionPlace`, or reuses
+    /// it (docs/atomic-replace.md, "Closes without a sync"). Nil when `key` is no such file (its
+    /// data is written, or it has a previous version) or a step before the rename failed: the
+    /// caller waits for its data and renames.
+    func renameUnwritten(_ key: BackingKey, over name: UnsafePointer<CChar>, in parent: Int32, versionPlace: ItemPath?,
+                         rename: () -> Int32) -> Int32? {
+        guard let publish = unsynced.pending(key) else { return nil }
+        return publish.withNamesIfUnwritten { names -> Int32? in
+            // A new file's record is its mark and the record's suffix: `fresh-N.SIZE.CRC`.
+            guard let dot = names.record.firstIndex(of: CChar(UInt8(ascii: "."))) else { return nil }
+            let previous = nextName("shadow-")
+            let record = Shadows.replacedPrefix + previous.dropLast() + names.record[dot...]
+            guard linkat(parent, name, directory, previous, 0) == 0 else { return nil }
+            // A link that stays is removed with the record, once the data is written.
+            func dropPrevious() { if unlinkat(directory, previous, 0) != 0 { names.previous = previous } }
+            guard renameat(directory, names.record, directory, record) == 0 else {
+                dropPrevious()
+                return nil
+            }
+            let error = rename()
+            if error != 0, renameat(directory, record, directory, names.record) == 0 {
+                // Not replaced: the file keeps its name, and its link here goes.
+                dropPrevious()
+                return error
+            }
+            names.record = record
+            names.previous = previous
+            // Kept as a version only once it was replaced.
+            names.versionPlace = error == 0 ? versionPlace : nil
+            return error
+        } ?? nil
+    }
+
     /// Removes the record of a shadow that was not published after all.
     private func dropRecord(_ record: [CChar], of key: BackingKey) {
         unlinkat(directory, record, 0)

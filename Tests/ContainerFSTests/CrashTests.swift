@@ -130,6 +130,28 @@ final class CrashTests: MountedTestCase {
         XCTAssertEqual(check.status, 0, "the store passes its own check: \(check.output)")
     }
 
+    /// A save without a sync (a temporary file written, closed and renamed over the document, as
+    /// `sed -i`, `mv` and atomic writes do) does not wait at the rename for the temporary file's
+    /// data: the document it replaces becomes its record's previous version. A cut that keeps the
+    /// rename but not the data puts the document's content back; a whole one stays.
+    func testASaveWithoutASyncKeepsTheDocumentItReplacesUntilItsDataIsWritten() throws {
+        let shadows = try crashWithUnwrittenPublishes(
+            after: "echo doc-v1 > Documents/doc; echo kept-v1 > Documents/kept",
+            // The first file's data holds the background up: the temporary files' records wait behind it.
+            of: "echo first > Documents/first; echo doc-v2 > Documents/.doc.tmp; mv Documents/.doc.tmp Documents/doc; "
+                + "echo kept-v2 > Documents/.kept.tmp; mv Documents/.kept.tmp Documents/kept",
+            waiting: 30) { shadows in
+            let records = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
+                .filter { $0.hasPrefix(PublishRecord.replacedPrefix) && PublishRecord.parse($0) != nil }
+            XCTAssertEqual(records.count, 2, "each renamed file's record has the document it replaced: \(records)")
+        }
+        XCTAssertEqual(truncate(mounted.backing() + "/Documents/doc", 3), 0)
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/doc"), "doc-v1\n", "a torn save goes back to the document it replaced")
+        XCTAssertEqual(sh("cat Documents/kept; ls -A Documents | grep -c '[.]tmp$' || true"), "kept-v2\n0\n", "a whole one stays")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shadows), "the dead daemon's shadows are removed")
+    }
+
     /// The recovery of a dead daemon's records (the next mount's, `containerfs check --repair`'s)
     /// stops at an error it cannot get past, here a record it cannot open (the first open in the
     /// dead daemon's directory fails, as a disk's read error would; the later ones would succeed):

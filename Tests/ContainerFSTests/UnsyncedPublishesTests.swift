@@ -1,4 +1,5 @@
 @testable import ContainerFS
+import Coordination
 import Foundation
 import Glibc
 import XCTest
@@ -6,32 +7,72 @@ import XCTest
 /// Which closes may publish without waiting for their data, without a mount
 /// (docs/atomic-replace.md, "Closes without a sync").
 final class UnsyncedPublishesTests: XCTestCase {
-    func testLargeFilesAreRecordedOnlyWhenTheirWritesChecksummedThemAndWithinTheBudget() throws {
+    /// Runs `body` with a new directory's path and a descriptor open on it, removed afterwards.
+    private func withDirectory(_ body: (String, Int32) throws -> Void) throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("unsynced-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let directory = open(path, O_RDONLY | O_DIRECTORY)
         XCTAssertGreaterThanOrEqual(directory, 0)
         defer { close(directory) }
-        let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 }, versions: nil)
-        let small = UnsyncedPublishes.largestRecorded, budget = UnsyncedPublishes.recordedBytes
-        XCTAssertTrue(unsynced.mayRecord(size: small, checksummed: false))
-        XCTAssertFalse(unsynced.mayRecord(size: small + 1, checksummed: false), "its record would read all of it")
-        XCTAssertTrue(unsynced.mayRecord(size: budget, checksummed: true))
-        XCTAssertFalse(unsynced.mayRecord(size: budget + 1, checksummed: true), "the next mount would read too much")
+        try body(path, directory)
+    }
 
-        // A version waiting for its data counts against the budget until its record goes.
-        let file = open(path + "/version", O_RDWR | O_CREAT, 0o600)
-        XCTAssertGreaterThanOrEqual(file, 0)
-        XCTAssertEqual(ftruncate(file, budget / 2), 0)
-        XCTAssertEqual(linkat(directory, "version", directory, "record-version", 0), 0)
-        var attributes = stat()
-        XCTAssertEqual(fstat(file, &attributes), 0)
-        unsynced.add(UnsyncedPublish(key: BackingKey(attributes), size: budget / 2, file: file,
-                                     record: Array("record-version".utf8CString), previous: nil, versionPlace: nil))
-        unsynced.finishAll()
-        XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/record-version"), "the record went")
-        XCTAssertTrue(unsynced.mayRecord(size: budget, checksummed: true), "what was written no longer counts")
-        XCTAssertFalse(unsynced.hasFailed)
+    func testLargeFilesAreRecordedOnlyWhenTheirWritesChecksummedThemAndWithinTheBudget() throws {
+        try withDirectory { path, directory in
+            let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 }, versions: nil)
+            let small = UnsyncedPublishes.largestRecorded, budget = UnsyncedPublishes.recordedBytes
+            XCTAssertTrue(unsynced.mayRecord(size: small, checksummed: false))
+            XCTAssertFalse(unsynced.mayRecord(size: small + 1, checksummed: false), "its record would read all of it")
+            XCTAssertTrue(unsynced.mayRecord(size: budget, checksummed: true))
+            XCTAssertFalse(unsynced.mayRecord(size: budget + 1, checksummed: true), "the next mount would read too much")
+
+            // A version waiting for its data counts against the budget until its record goes.
+            let file = open(path + "/version", O_RDWR | O_CREAT, 0o600)
+            XCTAssertGreaterThanOrEqual(file, 0)
+            XCTAssertEqual(ftruncate(file, budget / 2), 0)
+            XCTAssertEqual(linkat(directory, "version", directory, "record-version", 0), 0)
+            var attributes = stat()
+            XCTAssertEqual(fstat(file, &attributes), 0)
+            unsynced.add(UnsyncedPublish(key: BackingKey(attributes), size: budget / 2, file: file,
+                                         record: Array("record-version".utf8CString), previous: nil, versionPlace: nil))
+            unsynced.finishAll()
+            XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/record-version"), "the record went")
+            XCTAssertTrue(unsynced.mayRecord(size: budget, checksummed: true), "what was written no longer counts")
+            XCTAssertFalse(unsynced.hasFailed)
+        }
+    }
+
+    /// A rename may give a version waiting for its data a previous version (`Shadows.renameUnwritten`),
+    /// until the data is written: what the background removes then is what the names say by then.
+    func testNamesChangeOnlyUntilTheDataIsWrittenAndTheBackgroundRemovesThoseNames() throws {
+        try withDirectory { path, directory in
+            let file = open(path + "/fresh-1", O_RDWR | O_CREAT, 0o600)
+            XCTAssertGreaterThanOrEqual(file, 0)
+            XCTAssertEqual(write(file, "new", 3), 3)
+            XCTAssertEqual(close(open(path + "/previous", O_RDWR | O_CREAT, 0o600)), 0)
+            var attributes = stat()
+            XCTAssertEqual(fstat(file, &attributes), 0)
+            let publish = UnsyncedPublish(key: BackingKey(attributes), size: 3, file: file, record: Array("fresh-1.3.0".utf8CString),
+                                          previous: nil, versionPlace: nil)
+            XCTAssertEqual(rename(path + "/fresh-1", path + "/fresh-1.3.0"), 0)
+            let renamed: Bool? = publish.withNamesIfUnwritten { names in
+                XCTAssertEqual(rename(path + "/fresh-1.3.0", path + "/record-previous.3.0"), 0)
+                names.record = Array("record-previous.3.0".utf8CString)
+                names.previous = Array("previous".utf8CString)
+                return true
+            }
+            XCTAssertEqual(renamed, true)
+            XCTAssertNil(publish.withNamesIfUnwritten { _ in true }, "it has a previous version now")
+
+            let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 }, versions: nil)
+            let removed = Locked<[String]>([])
+            unsynced.removePrevious = { name in removed.withLock { $0.append(String(cString: name)) } }
+            unsynced.add(publish)
+            unsynced.finishAll()
+            XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/record-previous.3.0"), "the record it was given went")
+            XCTAssertEqual(removed.withLock { $0 }, ["previous"], "then its previous version")
+            XCTAssertNil(publish.withNamesIfUnwritten { _ in true }, "the data is written")
+        }
     }
 }
