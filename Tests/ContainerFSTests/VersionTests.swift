@@ -159,6 +159,38 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(sh("cat Documents/saved.txt"), "draft")
     }
 
+    /// A save without a sync whose rename fails: the document, which the new file's record took as
+    /// its previous version before the rename (`Shadows.renameUnwritten`), keeps its name, one
+    /// link and no version, once the background has written the new file's data.
+    func testASaveWithoutASyncWhoseRenameFailsLeavesTheDocumentAsItWas() throws {
+        sh("echo doc-v1 > Documents/doc")
+        let documents = mounted.backing() + "/Documents"
+        // Renamed right after each close, most while the data is being written: some take that path.
+        let saves = """
+        import os
+        errors = []
+        for n in range(20):
+            with open(f'Documents/.doc{n}.tmp', 'w') as f:
+                f.write(f'doc-v2 {n}')
+            try:
+                os.rename(f'Documents/.doc{n}.tmp', 'Documents/doc')
+                errors.append(0)
+            except OSError as e:
+                errors.append(e.errno)
+        print(set(errors))
+        """
+        try mounted.failing("renameat,renameat2", with: "EIO", on: documents) {
+            XCTAssertEqual(Shell.run("python3 -c \(Shell.quote(saves))", in: home).output, "{5}\n", "every save's rename fails")
+        }
+        var attributes = stat()
+        let deadline = Date().addingTimeInterval(10)
+        while stat(documents + "/doc", &attributes) == 0, attributes.st_nlink != 1, Date() < deadline { usleep(50_000) }
+        XCTAssertEqual(attributes.st_nlink, 1, "no link to the document stays")
+        usleep(300_000)
+        XCTAssertEqual(sh("cat Documents/doc; cat Documents/.doc19.tmp"), "doc-v1\ndoc-v2 19")
+        XCTAssertEqual(versions(home + "/Documents/doc"), [], "nothing replaced it")
+    }
+
     private func inode(_ path: String) -> UInt64? {
         var attributes = stat()
         return lstat(path, &attributes) == 0 ? UInt64(attributes.st_ino) : nil
