@@ -795,10 +795,12 @@ final class Shadows: @unchecked Sendable {
                          rename: () -> Int32) -> Int32? {
         guard let publish = unsynced.pending(key) else { return nil }
         return publish.withNamesIfUnwritten { names -> Int32? in
-            // A new file's record is its mark and the record's suffix: `fresh-N.SIZE.CRC`.
-            guard let dot = names.record.firstIndex(of: CChar(UInt8(ascii: "."))) else { return nil }
+            // Named as a rewrite's record is (`place`): `record-PREVIOUS.SIZE.CRC`.
+            guard let (_, made) = PublishRecord.parse(String(decoding: names.record.dropLast().map(UInt8.init(bitPattern:)), as: UTF8.self)) else {
+                return nil
+            }
             let previous = nextName("shadow-")
-            let record = Shadows.replacedPrefix + previous.dropLast() + names.record[dot...]
+            let record = made.name(after: Shadows.replacedPrefix + previous)
             guard linkat(parent, name, directory, previous, 0) == 0 else { return nil }
             // A link that stays is removed with the record, once the data is written.
             func dropPrevious() { if unlinkat(directory, previous, 0) != 0 { names.previous = previous } }
