@@ -55,7 +55,7 @@ def parse_size(text):
 
 CONFIG = {
     "BENCH_SIZE": os.environ.get("BENCH_SIZE", "1G"),          # fio file size
-    "BENCH_REPS": env_int("BENCH_REPS", 3),                     # repetitions per workload (median reported)
+    "BENCH_REPS": env_int("BENCH_REPS", 5),                     # repetitions per workload (median reported)
     "BENCH_RAND_IOS": env_int("BENCH_RAND_IOS", 20000),         # 4 KiB operations per random fio run
     "BENCH_META_FILES": env_int("BENCH_META_FILES", 10000),     # files created, stat'ed and unlinked
     "BENCH_TREE": os.environ.get("BENCH_TREE", "/usr/include"),  # source tree for ls -lR and tar
