@@ -350,6 +350,14 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     private func applyMetadata(_ new: stat, fields: AttributeFields, to node: Node) -> Int32 {
         let metadata = fields.intersection(.metadata)
         guard !metadata.isEmpty else { return 0 }
+        // A new file written in place is its session's descriptor (one inode, nobody else's): no
+        // look-up by name (`tar` sets three attributes of each file it makes).
+        if node.isRegularFile, let error = node.withSession({ session -> Int32? in
+            guard let session, session.fresh, session.shadow >= 0 else { return nil }
+            return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false, isOpen: true)
+        }) {
+            return error
+        }
         var error: Int32 = 0
         if node.withDescriptor({ error = applyAttributes(new, fields: metadata, to: $0, isSymlink: node.isSymlink); return 0 }) < 0 {
             error = errno
@@ -358,14 +366,17 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         return node.withSession { session in
             // A log holds no attributes: the file it applies to took them.
             guard let session, session.shadow >= 0, !session.fresh, session.log == nil else { return 0 }
-            return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false)
+            return applyAttributes(new, fields: metadata, to: session.shadow, isSymlink: false, isOpen: true)
         }
     }
 
-    /// Applies a setattr's metadata to the item behind an `O_PATH` (or open) descriptor.
-    private func applyAttributes(_ new: stat, fields: AttributeFields, to descriptor: Int32, isSymlink: Bool) -> Int32 {
+    /// Applies a setattr's metadata to the item behind an `O_PATH` descriptor, or (`isOpen`) a
+    /// regular file's descriptor open for reading and writing (a session's), which needs no path.
+    private func applyAttributes(_ new: stat, fields: AttributeFields, to descriptor: Int32, isSymlink: Bool,
+                                 isOpen: Bool = false) -> Int32 {
         if fields.contains(.mode) {
-            let error = Backing.check(Backing.withProcPath(descriptor) { chmod($0, new.st_mode) })
+            let error = Backing.check(isOpen ? fchmod(descriptor, new.st_mode)
+                                             : Backing.withProcPath(descriptor) { chmod($0, new.st_mode) })
             if error != 0 { return error }
         }
         if !fields.isDisjoint(with: [.uid, .gid]) {
@@ -380,8 +391,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             else if fields.contains(.accessTime) { times[0] = new.st_atim }
             if fields.contains(.modificationTimeNow) { times[1].tv_nsec = Int(UTIME_NOW) }
             else if fields.contains(.modificationTime) { times[1] = new.st_mtim }
-            let error = Backing.check(isSymlink
-                ? utimensat(descriptor, "", times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+            let error = Backing.check(isOpen ? futimens(descriptor, times)
+                : isSymlink ? utimensat(descriptor, "", times, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
                 : Backing.withProcPath(descriptor) { utimensat(AT_FDCWD, $0, times, 0) })
             if error != 0 { return error }
         }

@@ -21,6 +21,51 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
+    /// What `tar -x` does to each file it makes: times, owner and mode set through the descriptor
+    /// it writes with, before its close; here also after a rename, after an unlink, and after
+    /// someone else opened the file (which gives the writes a shadow of their own).
+    func testAttributesSetThroughANewFilesDescriptorAreKept() {
+        everywhere("""
+        python3 - <<'EOF'
+        import os
+        made = os.open("made", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(made, b"data")
+        os.utime(made, (1000000000, 1000000000))
+        os.fchown(made, 65534, 65534)
+        os.fchmod(made, 0o4751)
+        print(oct(os.stat("made").st_mode), os.stat("made").st_uid)
+        os.rename("made", "moved")
+        os.fchmod(made, 0o640)
+        os.utime(made, (1100000000, 1100000000))
+        os.close(made)
+        gone = os.open("gone", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(gone, b"x")
+        os.unlink("gone")
+        os.fchmod(gone, 0o604)
+        os.utime(gone, (1200000000, 1200000000))
+        found = os.fstat(gone)
+        print(oct(found.st_mode), int(found.st_mtime))
+        os.close(gone)
+        shared = os.open("shared", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(shared, b"abc")
+        reader = os.open("shared", os.O_RDONLY)
+        os.fchmod(shared, 0o644)
+        os.utime(shared, (1300000000, 1300000000))
+        print(oct(os.fstat(reader).st_mode))
+        os.close(reader)
+        os.close(shared)
+        EOF
+        stat -c '%a %u %g %Y %s %n' moved shared
+        """, expected: """
+        0o104751 65534
+        0o100604 1200000000
+        0o100644
+        640 65534 65534 1100000000 4 moved
+        644 0 0 1300000000 3 shared
+
+        """)
+    }
+
     /// An open for writing reads nothing: the access time stays (the daemon's copy of the file for
     /// the shadow moved it, which mail readers comparing it with the modification time notice).
     func testAnOpenForWritingLeavesTheAccessTime() {
