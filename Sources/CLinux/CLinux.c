@@ -241,20 +241,29 @@ int clinux_write_as_group_without_fsetid(gid_t group, struct clinux_credentials 
     struct __user_cap_data_struct held[2], lowered[2];
     if (syscall(SYS_capget, &header, held) != 0) return -1;
     memcpy(saved->capabilities, held, sizeof held);
-    // Filesystem group and capabilities are the thread's own: other threads keep theirs.
-    saved->filesystem_group = (gid_t)syscall(SYS_setfsgid, group);
-    if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) != group) {
-        syscall(SYS_setfsgid, saved->filesystem_group);
-        errno = EPERM;
-        return -1;
+    saved->changed = 0;
+    // Filesystem group and capabilities are the thread's own: other threads keep theirs. Each
+    // change makes the kernel commit new credentials: what already holds is left alone.
+    saved->filesystem_group = (gid_t)syscall(SYS_setfsgid, (gid_t)-1);
+    if (saved->filesystem_group != group) {
+        syscall(SYS_setfsgid, group);
+        if ((gid_t)syscall(SYS_setfsgid, (gid_t)-1) != group) {
+            syscall(SYS_setfsgid, saved->filesystem_group);
+            errno = EPERM;
+            return -1;
+        }
+        saved->changed |= CLINUX_CHANGED_GROUP;
     }
-    memcpy(lowered, held, sizeof lowered);
-    lowered[0].effective &= ~(1u << CAP_FSETID);
-    if (syscall(SYS_capset, &header, lowered) != 0) {
-        int error = errno;
-        syscall(SYS_setfsgid, saved->filesystem_group);
-        errno = error;
-        return -1;
+    if (held[0].effective & (1u << CAP_FSETID)) {
+        memcpy(lowered, held, sizeof lowered);
+        lowered[0].effective &= ~(1u << CAP_FSETID);
+        if (syscall(SYS_capset, &header, lowered) != 0) {
+            int error = errno;
+            if (saved->changed & CLINUX_CHANGED_GROUP) syscall(SYS_setfsgid, saved->filesystem_group);
+            errno = error;
+            return -1;
+        }
+        saved->changed |= CLINUX_CHANGED_CAPABILITIES;
     }
     return 0;
 }
@@ -263,8 +272,13 @@ void clinux_restore_credentials(const struct clinux_credentials *saved) {
     struct __user_cap_header_struct header = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct held[2];
     memcpy(held, saved->capabilities, sizeof held);
-    syscall(SYS_setfsgid, saved->filesystem_group);
-    if (syscall(SYS_capset, &header, held) != 0 || (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != saved->filesystem_group) {
+    int failed = 0;
+    if (saved->changed & CLINUX_CHANGED_GROUP) {
+        syscall(SYS_setfsgid, saved->filesystem_group);
+        failed = (gid_t)syscall(SYS_setfsgid, (gid_t)-1) != saved->filesystem_group;
+    }
+    if (!failed && (saved->changed & CLINUX_CHANGED_CAPABILITIES)) failed = syscall(SYS_capset, &header, held) != 0;
+    if (failed) {
         static const char message[] = "containerfs: cannot restore a thread's credentials\n";
         (void)!write(2, message, sizeof message - 1);
         abort();

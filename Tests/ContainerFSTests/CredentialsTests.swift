@@ -34,6 +34,29 @@ final class CredentialsTests: XCTestCase {
         XCTAssertEqual(after.filesystemGroup, before.filesystemGroup)
     }
 
+    /// Each change commits new credentials in the kernel: a registration changes only what differs.
+    func testWhatHoldsAlreadyIsLeftAsItIs() throws {
+        try XCTSkipIf(geteuid() != 0, "the switch drops CAP_FSETID, which only root holds here")
+        let fsetid: UInt64 = 1 << 4
+        let before = try credentials()
+        let group = try XCTUnwrap(gid_t(before.filesystemGroup))
+        var outer = clinux_credentials()
+        XCTAssertEqual(clinux_write_as_group_without_fsetid(group, &outer), 0, String(cString: strerror(errno)))
+        XCTAssertEqual(outer.changed, UInt32(CLINUX_CHANGED_CAPABILITIES), "the group was the thread's already")
+        // Lowered already: a second registration changes nothing, and its restore gives nothing back.
+        var inner = clinux_credentials()
+        XCTAssertEqual(clinux_write_as_group_without_fsetid(group, &inner), 0, String(cString: strerror(errno)))
+        XCTAssertEqual(inner.changed, 0)
+        clinux_restore_credentials(&inner)
+        let lowered = try credentials()
+        clinux_restore_credentials(&outer)
+        XCTAssertEqual(lowered.effective & fsetid, 0)
+        XCTAssertEqual(lowered.filesystemGroup, before.filesystemGroup)
+        let after = try credentials()
+        XCTAssertEqual(after.effective, before.effective)
+        XCTAssertEqual(after.filesystemGroup, before.filesystemGroup)
+    }
+
     func testASwitchThatCannotBeMadeIsRefusedAndChangesNothing() throws {
         // No filesystem group can be (gid_t)-1: the kernel leaves the group as it is.
         let before = try credentials()

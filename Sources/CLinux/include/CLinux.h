@@ -73,11 +73,12 @@ int clinux_removexattr(const char *path, const char *name);
 int clinux_fremovexattr(int fd, const char *name);
 
 /// What `clinux_write_as_group_without_fsetid` lowered, for `clinux_restore_credentials`.
-struct clinux_credentials { unsigned int capabilities[6]; gid_t filesystem_group; };
+struct clinux_credentials { unsigned int capabilities[6]; gid_t filesystem_group; unsigned int changed; };
+enum { CLINUX_CHANGED_GROUP = 1, CLINUX_CHANGED_CAPABILITIES = 2 };
 /// Lowers the calling thread's credentials (its own: other threads keep theirs) to what an
 /// unprivileged writer of `group` holds for a write: CAP_FSETID dropped from the effective set,
-/// and `group` as the filesystem group; `saved` keeps what it had. 0, or -1 with errno and the
-/// credentials as they were.
+/// and `group` as the filesystem group; `saved` keeps what it had, and which of the two it had to
+/// change (none where they hold already). 0, or -1 with errno and the credentials as they were.
 int clinux_write_as_group_without_fsetid(gid_t group, struct clinux_credentials *saved);
 /// Takes back what `clinux_write_as_group_without_fsetid` lowered. A thread that cannot would serve
 /// on with other credentials than it had: the process aborts instead.
