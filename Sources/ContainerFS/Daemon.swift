@@ -353,23 +353,26 @@ enum ControlSocket {
     /// `path`, made if missing, when it is a directory of this user's that no one else may write;
     /// else a new directory beside it (`path-XXXXXX`): a user who made /tmp/containerfs-UID first
     /// could otherwise put a socket of their own in the daemon's place, and hear its clients.
+    /// Either way others may search it (mode 0755): they reach a root daemon's socket through it,
+    /// whatever the umask or whoever made it narrower.
     static func ownDirectory(_ path: String) throws -> String {
         let parent = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
-        // Others reach a root daemon's socket through it, whatever the umask.
-        if mkdir(path, 0o755) == 0 {
-            guard chmod(path, 0o755) == 0 else { throw directoryError(path) }
-        } else if errno != EEXIST {
-            throw directoryError(path)
-        }
+        guard mkdir(path, 0o755) == 0 || errno == EEXIST else { throw directoryError(path) }
         var attributes = stat()
         if lstat(path, &attributes) == 0, attributes.st_mode & S_IFMT == S_IFDIR, attributes.st_uid == geteuid(),
            attributes.st_mode & 0o022 == 0 {
-            return path
+            return try searchable(path, attributes.st_mode)
         }
         var template = Array((path + "-XXXXXX").utf8CString)
         guard mkdtemp(&template) != nil else { throw directoryError(path + "-XXXXXX") }
-        return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return try searchable(String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), 0o700)
+    }
+
+    /// `directory`, whose mode is `mode`, made 0755 where it is not.
+    private static func searchable(_ directory: String, _ mode: mode_t) throws -> String {
+        guard mode & 0o7777 == 0o755 || chmod(directory, 0o755) == 0 else { throw directoryError(directory) }
+        return directory
     }
 
     private static func directoryError(_ path: String) -> ContainerError {

@@ -68,6 +68,11 @@ final class ControlSocketTests: XCTestCase {
         XCTAssertEqual(lstat(fresh, &attributes), 0)
         XCTAssertEqual(attributes.st_mode & 0o7777, 0o755)
         XCTAssertEqual(try ControlSocket.ownDirectory(fresh), fresh, "one of its own, again")
+        // Made narrower (by an admin, a tmpfiles rule): others could not reach the socket.
+        XCTAssertEqual(chmod(fresh, 0o700), 0)
+        XCTAssertEqual(try ControlSocket.ownDirectory(fresh), fresh)
+        XCTAssertEqual(lstat(fresh, &attributes), 0)
+        XCTAssertEqual(attributes.st_mode & 0o7777, 0o755, "searchable by others again")
 
         let squatted = directory + "/squatted"
         XCTAssertEqual(mkdir(squatted, 0o777), 0)
@@ -85,7 +90,7 @@ final class ControlSocketTests: XCTestCase {
             XCTAssertEqual(lstat(chosen, &attributes), 0)
             XCTAssertEqual(attributes.st_mode & S_IFMT, S_IFDIR)
             XCTAssertEqual(attributes.st_uid, geteuid())
-            XCTAssertEqual(attributes.st_mode & 0o077, 0, "no one else's to write or list")
+            XCTAssertEqual(attributes.st_mode & 0o7777, 0o755, "no one else's to write; others reach the socket")
         }
     }
 }
