@@ -95,7 +95,8 @@ public final class FileVersion: @unchecked Sendable, Equatable, CustomStringConv
     }
 
     private convenience init(record: FileVersionRecord, of item: URL) {
-        self.init(url: URL(fileURLWithPath: record.path), modificationDate: record.modifiedAt,
+        // A record is a regular file's: told so, the URL needs no stat (`fileURL`).
+        self.init(url: URL(fileURLWithPath: record.path, isDirectory: false), modificationDate: record.modifiedAt,
                   persistentIdentifier: record.name, replacementDate: record.replacedAt, record: record,
                   localizedName: item.lastPathComponent)
     }
