@@ -474,6 +474,8 @@ final class NodeTable: @unchecked Sendable {
     }
 
     private let state: Locked<State>
+    /// The store's directories behind containers' fixed places, kept cached once forgotten.
+    let pins = DirectoryPins()
     /// The daemon's descriptors held per user: directories' nodes and open handles. Taken inside
     /// `state`'s lock, never the other way round.
     let shares = Locked(DescriptorShares(limit: DescriptorShares.currentLimit ?? Int.max))
@@ -586,6 +588,7 @@ final class NodeTable: @unchecked Sendable {
             state.charged.removeValue(forKey: ObjectIdentifier(node))
             return (true, state.shrinkIfFarBelowPeak())
         }
+        if forgotten, node.isDirectory, !node.zone.isInheritedByChildren { pins.keep(node.descriptor, of: node.key) }
         if forgotten { release(node) }
         // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
         // daemon gives it back to the system.

@@ -85,4 +85,72 @@ final class NodeTableTests: XCTestCase {
         XCTAssertFalse(node.sharing.hasOpenHandles)
         XCTAssertEqual(node.sharing, Sharing(), "what the open counted")
     }
+    /// Looks the directory `name` up with a descriptor of its own, as a directory's node holds one.
+    private func lookUpDirectory(_ name: String, zone: Zone) throws -> Node {
+        let path = directory + "/" + name
+        XCTAssertEqual(mkdir(path, 0o755), 0)
+        let descriptor = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        var attributes = stat()
+        XCTAssertEqual(fstat(descriptor, &attributes), 0)
+        return try XCTUnwrap(name.withCString {
+            nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: nodes.root, name: FileName($0), for: 0)
+        })
+    }
+
+    /// The directory of a container's fixed place stays cached in the store once the kernel forgot
+    /// its node, so that a cold look-up reads no block of the store's levels above the mount's
+    /// (docs/store-format.md, "Cold caches"); a directory of the user's does not.
+    func testAFixedPlacesDirectoryIsKeptOnceForgotten() throws {
+        let documents = try lookUpDirectory("Documents", zone: .documents)
+        let folder = try lookUpDirectory("folder", zone: .data)
+        let documentsKey = documents.key, folderKey = folder.key
+        XCTAssertFalse(nodes.pins.holds(documentsKey), "the node holds it while the kernel knows it")
+        nodes.forget(nodes.inodeNumber(of: documents), count: 1)
+        nodes.forget(nodes.inodeNumber(of: folder), count: 1)
+        XCTAssertTrue(nodes.pins.holds(documentsKey))
+        XCTAssertFalse(nodes.pins.holds(folderKey))
+        XCTAssertEqual(nodes.pins.count, 1)
+        // Looked up and forgotten again: still one pin.
+        let again = open(directory + "/Documents", O_PATH | O_DIRECTORY | O_CLOEXEC)
+        var attributes = stat()
+        XCTAssertEqual(fstat(again, &attributes), 0)
+        let node = try XCTUnwrap("Documents".withCString {
+            nodes.remember(descriptor: again, attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0), for: 0)
+        })
+        nodes.forget(nodes.inodeNumber(of: node), count: 1)
+        XCTAssertEqual(nodes.pins.count, 1)
+    }
+
+    /// Full pins take no more, but give up those of directories removed from the store.
+    func testFullPinsMakeRoomOnlyByDirectoriesThatAreGone() throws {
+        let pins = DirectoryPins(limit: 2)
+        var keys: [BackingKey] = []
+        for name in ["a", "b", "c"] {
+            let path = directory + "/" + name
+            XCTAssertEqual(mkdir(path, 0o755), 0)
+            let descriptor = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+            var attributes = stat()
+            XCTAssertEqual(fstat(descriptor, &attributes), 0)
+            keys.append(BackingKey(attributes))
+            if name == "c" {
+                XCTAssertEqual(pins.count, 2)
+                XCTAssertEqual(rmdir(directory + "/a"), 0)
+            }
+            pins.keep(descriptor, of: keys.last!)
+            close(descriptor)
+        }
+        XCTAssertEqual(pins.count, 2)
+        XCTAssertFalse(pins.holds(keys[0]), "removed: its pin made room")
+        XCTAssertTrue(pins.holds(keys[1]))
+        XCTAssertTrue(pins.holds(keys[2]))
+        let path = directory + "/d"
+        XCTAssertEqual(mkdir(path, 0o755), 0)
+        let descriptor = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        var attributes = stat()
+        XCTAssertEqual(fstat(descriptor, &attributes), 0)
+        pins.keep(descriptor, of: BackingKey(attributes))
+        close(descriptor)
+        XCTAssertFalse(pins.holds(BackingKey(attributes)), "full of directories that exist")
+    }
 }

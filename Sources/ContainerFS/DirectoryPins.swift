@@ -1,0 +1,59 @@
+import Coordination
+import Glibc
+
+/// Descriptors of the store's directories behind a container's fixed places (its root, Documents,
+/// Library and its fixed folders, tmp), kept once the kernel forgot their nodes. A held descriptor
+/// keeps the store's entry in the kernel's directory cache, so a look-up after memory pressure
+/// (or `drop_caches`) finds the container's path without reading the store's directory blocks:
+/// the store lies two levels deeper than the mount shows (`containers/APP/Documents`), and each
+/// level cost a read (docs/store-format.md, "Cold caches").
+///
+/// The mount never renames or removes these directories (`Policy`); a lifecycle command may, and
+/// a pin of one removed is closed when the pins are full.
+final class DirectoryPins: Sendable {
+    private let pins = Locked<[BackingKey: Int32]>([:])
+    let limit: Int
+
+    /// A sixteenth of the daemon's descriptor limit, at most 1,024: eight places of 128 apps.
+    init(limit: Int = DirectoryPins.defaultLimit) {
+        self.limit = limit
+    }
+
+    static var defaultLimit: Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 0 }
+        return Int(min(limit.rlim_cur / 16, 1024))
+    }
+
+    /// Keeps a descriptor of the directory open on `descriptor`, whose file is `key`, unless one is
+    /// kept already or the pins are full of directories that still exist.
+    func keep(_ descriptor: Int32, of key: BackingKey) {
+        pins.withLock { pins in
+            guard pins[key] == nil else { return }
+            if pins.count >= limit { dropRemoved(&pins) }
+            guard pins.count < limit else { return }
+            let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+            if copy >= 0 { pins[key] = copy }
+        }
+    }
+
+    var count: Int { pins.withLock { $0.count } }
+
+    func holds(_ key: BackingKey) -> Bool { pins.withLock { $0[key] != nil } }
+
+    /// Closes the pins of directories that are gone from the store.
+    private func dropRemoved(_ pins: inout [BackingKey: Int32]) {
+        for (key, descriptor) in pins {
+            var attributes = stat()
+            guard fstat(descriptor, &attributes) != 0 || attributes.st_nlink == 0 else { continue }
+            close(descriptor)
+            pins[key] = nil
+        }
+    }
+
+    deinit {
+        pins.withLock { pins in
+            for descriptor in pins.values { close(descriptor) }
+        }
+    }
+}
