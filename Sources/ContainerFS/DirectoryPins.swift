@@ -11,7 +11,8 @@ import Glibc
 /// The mount never renames or removes these directories (`Policy`); a lifecycle command may, and
 /// a pin of one removed is closed when the pins are full.
 final class DirectoryPins: Sendable {
-    private let pins = Locked<[BackingKey: Int32]>([:])
+    /// The pins by directory, and how many were refused since the last look for removed ones.
+    private let state = Locked<(pins: [BackingKey: Int32], refused: Int)>(([:], 0))
     let limit: Int
 
     /// A sixteenth of the daemon's descriptor limit, at most 1,024: eight places of 128 apps.
@@ -26,20 +27,25 @@ final class DirectoryPins: Sendable {
     }
 
     /// Keeps a descriptor of the directory open on `descriptor`, whose file is `key`, unless one is
-    /// kept already or the pins are full of directories that still exist.
+    /// kept already or the pins are full of directories that still exist. Full pins look for
+    /// removed ones at the first refusal and every 64th after (a look is an `fstat` a pin).
     func keep(_ descriptor: Int32, of key: BackingKey) {
-        pins.withLock { pins in
-            guard pins[key] == nil else { return }
-            if pins.count >= limit { dropRemoved(&pins) }
-            guard pins.count < limit else { return }
+        state.withLock { state in
+            guard state.pins[key] == nil else { return }
+            if state.pins.count >= limit, state.refused % 64 == 0 { dropRemoved(&state.pins) }
+            guard state.pins.count < limit else {
+                state.refused += 1
+                return
+            }
+            state.refused = 0
             let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
-            if copy >= 0 { pins[key] = copy }
+            if copy >= 0 { state.pins[key] = copy }
         }
     }
 
-    var count: Int { pins.withLock { $0.count } }
+    var count: Int { state.withLock { $0.pins.count } }
 
-    func holds(_ key: BackingKey) -> Bool { pins.withLock { $0[key] != nil } }
+    func holds(_ key: BackingKey) -> Bool { state.withLock { $0.pins[key] != nil } }
 
     /// Closes the pins of directories that are gone from the store.
     private func dropRemoved(_ pins: inout [BackingKey: Int32]) {
@@ -52,8 +58,8 @@ final class DirectoryPins: Sendable {
     }
 
     deinit {
-        pins.withLock { pins in
-            for descriptor in pins.values { close(descriptor) }
+        state.withLock { state in
+            for descriptor in state.pins.values { close(descriptor) }
         }
     }
 }

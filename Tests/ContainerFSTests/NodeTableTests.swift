@@ -152,5 +152,16 @@ final class NodeTableTests: XCTestCase {
         pins.keep(descriptor, of: BackingKey(attributes))
         close(descriptor)
         XCTAssertFalse(pins.holds(BackingKey(attributes)), "full of directories that exist")
+
+        // After a refusal, removed ones are looked for at every 64th only.
+        XCTAssertEqual(rmdir(directory + "/b"), 0)
+        let another = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        defer { close(another) }
+        for _ in 1..<64 { pins.keep(another, of: BackingKey(attributes)) }
+        XCTAssertFalse(pins.holds(BackingKey(attributes)), "63 refusals: not looked for yet")
+        XCTAssertTrue(pins.holds(keys[1]))
+        pins.keep(another, of: BackingKey(attributes))
+        XCTAssertTrue(pins.holds(BackingKey(attributes)), "the 64th looked, and took the removed one's place")
+        XCTAssertFalse(pins.holds(keys[1]))
     }
 }
