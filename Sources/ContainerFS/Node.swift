@@ -588,7 +588,7 @@ final class NodeTable: @unchecked Sendable {
             state.charged.removeValue(forKey: ObjectIdentifier(node))
             return (true, state.shrinkIfFarBelowPeak())
         }
-        if forgotten, node.isDirectory, !node.zone.isInheritedByChildren { pins.keep(node.descriptor, of: node.key) }
+        if forgotten, node.isDirectory, node.zone.isFixedPlace { pins.keep(node.descriptor, of: node.key) }
         if forgotten { release(node) }
         // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
         // daemon gives it back to the system.

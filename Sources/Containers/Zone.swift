@@ -69,13 +69,18 @@ public enum Zone: UInt8, Sendable, CaseIterable {
         return name.withUTF8 { child(named: UnsafeRawBufferPointer($0)) }
     }
 
-    /// Whether everything below an item of this zone is in this zone too.
-    public var isInheritedByChildren: Bool {
+    /// Whether an item of this zone is one of the directories the container's layout makes (the
+    /// mount never renames or removes them: `Policy.remove`), each of which gives its children a
+    /// zone of their own.
+    public var isFixedPlace: Bool {
         switch self {
-        case .bundle, .inboxItem, .data, .cachesItem, .tmpItem, .stray: return true
-        case .mountRoot, .containerRoot, .groupRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp: return false
+        case .bundle, .inboxItem, .data, .cachesItem, .tmpItem, .stray: return false
+        case .mountRoot, .containerRoot, .groupRoot, .documents, .inbox, .library, .libraryDirectory, .caches, .tmp: return true
         }
     }
+
+    /// Whether everything below an item of this zone is in this zone too.
+    public var isInheritedByChildren: Bool { !isFixedPlace }
 
     /// Items that move or link only within their own kind of place: tmp is a volume of its own.
     var renameDomain: RenameDomain {
