@@ -312,6 +312,18 @@ final class Node: @unchecked Sendable {
     /// Whether the node holds a descriptor on its item, which then keeps its inode number.
     var holdsItem: Bool { held >= 0 }
 
+    /// Whether closing the descriptor the node holds may free more than a few blocks: its item is
+    /// unlinked and holds more than 16 KiB (or cannot be told). With `-o discard` freeing blocks
+    /// waits for the device's discards, and longer the more blocks there are (docs/store-format.md,
+    /// "Closing forgotten files").
+    var closeMayFreeBlocks: Bool {
+        let held = held
+        guard held >= 0 else { return false }
+        var attributes = stat()
+        guard fstat(held, &attributes) == 0 else { return true }
+        return attributes.st_nlink == 0 && attributes.st_blocks > 32
+    }
+
     /// The descriptor the node holds on its item (a directory's, or a pin), or -1.
     @inline(__always)
     private var held: Int32 {
@@ -596,12 +608,13 @@ final class NodeTable: @unchecked Sendable {
     }
 
     /// Drops the kernel's reference to a forgotten node. Closing the last descriptor on an unlinked
-    /// item frees its inode and blocks, the dearest step of an unlink: a node holding one goes to
-    /// `closers`, so that no thread serving requests waits for that (the unlink was answered before
-    /// the kernel forgot the node). Past `closesQueuedAtMost` waiting, it is done here.
+    /// item frees its inode and blocks, the dearest step of an unlink when they are many: such a
+    /// node goes to `closers`, so that no thread serving requests waits for that (the unlink was
+    /// answered before the kernel forgot the node). Past `closesQueuedAtMost` waiting, it is done
+    /// here. Any other close is done here too: waking a closer costs more than it.
     private func release(_ node: Node) {
         let reference = Unmanaged.passUnretained(node)
-        if node.holdsItem {
+        if node.closeMayFreeBlocks {
             let queued = closesQueued.add(1, ordering: .relaxed).newValue
             if queued <= closesQueuedAtMost {
                 closers[queued % closers.count].async {

@@ -164,4 +164,34 @@ final class NodeTableTests: XCTestCase {
         XCTAssertTrue(pins.holds(BackingKey(attributes)), "the 64th looked, and took the removed one's place")
         XCTAssertFalse(pins.holds(keys[1]))
     }
+
+    /// A forgotten node's close that frees few blocks is done before the forget returns (waking a
+    /// closer cost more than it); one that may free many is left to the closers, since with
+    /// `-o discard` it waits for the device (docs/store-format.md, "Closing forgotten files").
+    func testOnlyAClosesThatFreesManyBlocksWaitsForACloser() throws {
+        /// The node's inode number and pin, and whether its close may free many blocks; the test
+        /// keeps no reference to the node, so that the table's is the last.
+        func pinned(_ name: String, size: Int, unlink: Bool = true) throws -> (InodeNumber, Int32, Bool) {
+            XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/" + name, contents: Data(repeating: 7, count: size)))
+            let node = try XCTUnwrap(lookUp(name))
+            let pin = open(directory + "/" + name, O_PATH | O_CLOEXEC)
+            XCTAssertTrue(node.pin(pin))
+            if unlink { XCTAssertEqual(Glibc.unlink(directory + "/" + name), 0) }
+            return (nodes.inodeNumber(of: node), pin, node.closeMayFreeBlocks)
+        }
+        let small = try pinned("small", size: 4096)
+        let large = try pinned("large", size: 1 << 20)
+        let linked = try pinned("linked", size: 1 << 20, unlink: false)
+        XCTAssertFalse(small.2)
+        XCTAssertTrue(large.2)
+        XCTAssertFalse(linked.2, "closing it frees nothing: it has a name")
+
+        nodes.forget(small.0, count: 1)
+        XCTAssertEqual(fcntl(small.1, F_GETFD), -1, "closed by the forget itself")
+        XCTAssertEqual(errno, EBADF)
+        nodes.forget(large.0, count: 1)
+        let deadline = Date().addingTimeInterval(10)
+        while fcntl(large.1, F_GETFD) != -1, Date() < deadline { usleep(1000) }
+        XCTAssertEqual(fcntl(large.1, F_GETFD), -1, "closed by a closer")
+    }
 }
