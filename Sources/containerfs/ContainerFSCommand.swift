@@ -6,7 +6,7 @@ struct ContainerFSCommand: ParsableCommand {
         commandName: "containerfs",
         abstract: "iOS-style app containers and file coordination for Linux, over FUSE.",
         discussion: """
-        Start with the demo: `containerfs mount --demo /tmp/containerfs-demo`, then look around with
+        Start with the demo: `containerfs mount --demo /tmp/containerfs-demo`, then look around with \
         ls and cat, and unmount with `containerfs unmount /tmp/containerfs-demo`.
         """,
         version: "0.1.0",

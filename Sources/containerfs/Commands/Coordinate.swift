@@ -7,11 +7,12 @@ struct CoordinateCommand: ParsableCommand {
         commandName: "coordinate",
         abstract: "Run a command inside a coordinated read or write of an item, as flock(1) does with a lock.",
         discussion: """
-        Waits for the access, runs COMMAND, ends the access when it exits, and exits with its status
-        (1 if the access could not be had, 127 if the command could not be run, 128+N if signal N
-        killed it). Inside a ContainerFS mount the daemon arbitrates, and the command's own file
+        Waits for the access, runs COMMAND, ends the access when it exits, and exits with its status \
+        (1 if the access could not be had, 127 if the command could not be run, 128+N if signal N \
+        killed it). Inside a ContainerFS mount the daemon arbitrates, and the command's own file \
         operations through the mount count as this access's (they do not wait for it). Example:
-          containerfs coordinate --write ~/mnt/com.example.notes/Documents/todo.txt -- sh -c 'echo milk >> "$0"' ~/mnt/com.example.notes/Documents/todo.txt
+          cd ~/mnt/com.example.notes/Documents
+          containerfs coordinate --write todo.txt -- sh -c 'echo milk >> todo.txt'
         """
     )
 

@@ -11,17 +11,33 @@ struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mount a store (every app) or one app's container.",
         discussion: """
-        Runs in the background once mounted, unless -f. Unmount with `containerfs unmount MOUNTPOINT`.
-        -o takes libfuse's options (allow_other, default_permissions, ...) and ours: app=ID,
-        root=DIR (with app: mount the directory DIR of its container, such as Documents, as the root),
-        store=PATH (the store, when the first argument is to be only the name the mount table shows), and
-        purge_below=SIZE (purge Library/Caches, oldest first, when the store's free space falls
-        below SIZE; checked every purge_interval=SECONDS, default 5), and presenter_timeout=SECONDS
-        (how long a presenter may take to answer, default 2). Previous versions of files in
-        Documents and Library: versions=N per file (default 10; 0 keeps none), version_age=DAYS
-        (default 30), version_space=SIZE for all together (default 1G), version_floor=SIZE (none is
-        kept while the store has less free space; default a tenth of its filesystem). The options
-        mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, user, _netdev, x-systemd.*) are ignored.
+        Runs in the background once mounted, unless -f. Unmount with \
+        `containerfs unmount MOUNTPOINT`.
+
+        -o takes libfuse's options (allow_other, default_permissions, ...) and these:
+          app=ID                 mount only this app's container, as the root
+          root=DIR               with app: mount the directory DIR of the container
+                                 (such as Documents) as the root
+          store=PATH             the store, when the first argument is only the
+                                 name the mount table is to show
+          subtype=NAME           the mount's type is fuse.NAME (subtype=: fuse)
+          no_passthrough         every read goes through the daemon
+          presenter_timeout=S    seconds a presenter may take to answer (2)
+          purge_below=SIZE       purge Library/Caches, oldest first, when the
+                                 store's free space falls below SIZE
+          purge_interval=S       seconds between those checks (5)
+          large_file=SIZE        on a store without reflinks, a write-only change
+                                 of a file this large (64M) is logged and applied
+                                 in place instead of copying the file
+          versions=N             previous versions kept per file in Documents and
+                                 Library (10; 0 keeps none)
+          version_age=DAYS       how long they are kept (30)
+          version_space=SIZE     the space all versions may take (1G)
+          version_floor=SIZE     none is kept while the store has less free space
+                                 (a tenth of its filesystem)
+
+        The options mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, \
+        user, _netdev, x-systemd.*) are ignored.
         """
     )
 

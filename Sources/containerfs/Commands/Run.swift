@@ -13,15 +13,15 @@ struct RunCommand: ParsableCommand {
         commandName: "run",
         abstract: "Run a program as an app: inside its containers and nowhere else.",
         discussion: """
-        STORE_OR_MOUNT is the mount point of a mounted store, or a store that is mounted (the whole
-        store, or the app alone). The program sees the app's data container as HOME (Documents,
-        Library and tmp; TMPDIR and /tmp are its tmp), its bundle read-only at CONTAINERFS_BUNDLE,
-        its groups' shared containers in CONTAINERFS_GROUP_CONTAINERS (an app in a group needs a
-        mount of the whole store), the system's files read-only, and nothing else: no other app,
-        no user's home. The mount
-        refuses its processes every other container, however they name it. An app whose bundle
-        changed since it was sealed does not start. tmp is emptied when the app's last sandbox
-        exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where the kernel allows
+        STORE_OR_MOUNT is the mount point of a mounted store, or a store that is mounted (the whole \
+        store, or the app alone). The program sees the app's data container as HOME (Documents, \
+        Library and tmp; TMPDIR and /tmp are its tmp), its bundle read-only at CONTAINERFS_BUNDLE, \
+        its groups' shared containers in CONTAINERFS_GROUP_CONTAINERS (an app in a group needs a \
+        mount of the whole store), the system's files read-only, and nothing else: no other app, \
+        no user's home. The mount \
+        refuses its processes every other container, however they name it. An app whose bundle \
+        changed since it was sealed does not start. tmp is emptied when the app's last sandbox \
+        exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where the kernel allows \
         them to all users).
         """
     )

@@ -9,10 +9,10 @@ struct StatusCommand: ParsableCommand {
         commandName: "status",
         abstract: "Show a mount's coordination state: clients, presenters, accesses, write sessions.",
         discussion: """
-        Asks the mount's daemon over its control socket. Lists connected clients (pid, uid), presenters
-        (unresponsive ones marked), active and waiting coordinated accesses, messages waiting for a
-        presenter's answer, open write sessions, and the apps running from the store (`containerfs
-        run`) with their processes. --json prints the daemon's status reply as JSON
+        Asks the mount's daemon over its control socket. Lists connected clients (pid, uid), presenters \
+        (unresponsive ones marked), active and waiting coordinated accesses, messages waiting for a \
+        presenter's answer, open write sessions, and the apps running from the store (`containerfs \
+        run`) with their processes. --json prints the daemon's status reply as JSON \
         (paths as lists of names, as in docs/control-protocol.md).
         """
     )

@@ -9,9 +9,9 @@ struct VersionsCommand: ParsableCommand {
         commandName: "versions",
         abstract: "List, or remove, the previous versions the mount kept of a file.",
         discussion: """
-        One line per version, oldest first: its identifier, when it was replaced, its size, and the
-        path where its contents can be read (in the store). `containerfs restore-version FILE ID`
-        puts one back. Versions are kept for files in Documents and Library when a whole-file write
+        One line per version, oldest first: its identifier, when it was replaced, its size, and the \
+        path where its contents can be read (in the store). `containerfs restore-version FILE ID` \
+        puts one back. Versions are kept for files in Documents and Library when a whole-file write \
         or a save replaces them (mount options versions, version_age, version_space, version_floor).
         """
     )
