@@ -21,7 +21,8 @@ struct Mount: ParsableCommand {
           store=PATH             the store, when the first argument is only the
                                  name the mount table is to show
           subtype=NAME           the mount's type is fuse.NAME (subtype=: fuse)
-          no_passthrough         every read goes through the daemon
+          no_passthrough         every read and write goes through the daemon,
+                                 never through FUSE passthrough
           presenter_timeout=S    seconds a presenter may take to answer (2)
           purge_below=SIZE       purge Library/Caches, oldest first, when the
                                  store's free space falls below SIZE
