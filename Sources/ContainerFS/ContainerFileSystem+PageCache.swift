@@ -75,16 +75,25 @@ final class PassthroughFiles {
     func register(_ descriptor: Int32, writable: Bool) -> (id: Int32, writable: Bool)? {
         guard enabled.load(ordering: .relaxed), let registry else { return nil }
         // The kernel holds the backing file itself: the descriptor opened for it can go at once.
-        let writer = writable ? Backing.withProcPath(descriptor) { open($0, O_RDWR | O_CLOEXEC) } : -1
+        let reopens = writable && !Self.servesEveryWriter(descriptor)
+        let writer = reopens ? Backing.withProcPath(descriptor) { open($0, O_RDWR | O_CLOEXEC) } : -1
         defer { if writer >= 0 { close(writer) } }
         let id = registry.openBacking(writer >= 0 ? writer : descriptor)
-        if id > 0 { return (id, writer >= 0) }
+        if id > 0 { return (id, writable && (!reopens || writer >= 0)) }
         // Short of descriptors or memory: this reader only. Other refusals do not pass.
         if ![EMFILE, ENFILE, ENOMEM].contains(-id), enabled.exchange(false, ordering: .relaxed) { refused(-id) }
         return nil
     }
 
     func unregister(_ id: Int32) { registry?.closeBacking(id) }
+
+    /// Whether the kernel can make every passthrough writer's writes through `descriptor` itself:
+    /// it is open to read and write, and not to append, sync or bypass the cache, flags a kernel
+    /// may take from the backing file for all of them.
+    private static func servesEveryWriter(_ descriptor: Int32) -> Bool {
+        let flags = fcntl(descriptor, F_GETFL)
+        return flags >= 0 && flags & O_ACCMODE == O_RDWR && flags & (O_APPEND | O_DSYNC | O_DIRECT) == 0
+    }
 }
 
 // The kernel keeps one page cache and one size per inode, which a writer's O_TRUNC, writes and

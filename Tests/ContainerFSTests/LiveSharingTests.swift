@@ -211,6 +211,27 @@ final class LiveSharingTests: MountedTestCase {
         """, expected: "400\n")
     }
 
+    /// Live writers share one backing file in the kernel (FUSE passthrough): an appender's flags
+    /// must not become another writer's, whichever of them opened first.
+    func testAnAppendersFlagsStayItsOwnAmongLiveWriters() {
+        everywhere("""
+        python3 - <<'EOF'
+        import os
+        for first_appends in (True, False):
+            with open('f', 'wb') as f: f.write(b'xxxx')
+            appender_flags, other_flags = os.O_RDWR | os.O_APPEND, os.O_RDWR
+            first = os.open('f', appender_flags if first_appends else other_flags)
+            second = os.open('f', other_flags if first_appends else appender_flags)
+            appender, other = (first, second) if first_appends else (second, first)
+            os.write(appender, b'aa')
+            os.pwrite(other, b'BB', 0)
+            os.write(appender, b'cc')
+            os.close(first); os.close(second)
+            print(open('f', 'rb').read().decode())
+        EOF
+        """, expected: "BBxxaacc\nBBxxaacc\n")
+    }
+
     func testTailFollowsAppends() {
         everywhere("""
         echo first > log
