@@ -168,7 +168,7 @@ final class NodeTableTests: XCTestCase {
     /// A forgotten node's close that frees few blocks is done before the forget returns (waking a
     /// closer cost more than it); one that may free many is left to the closers, since with
     /// `-o discard` it waits for the device (docs/store-format.md, "Closing forgotten files").
-    func testOnlyAClosesThatFreesManyBlocksWaitsForACloser() throws {
+    func testOnlyACloseThatFreesManyBlocksWaitsForACloser() throws {
         /// The node's inode number and pin, and whether its close may free many blocks; the test
         /// keeps no reference to the node, so that the table's is the last.
         func pinned(_ name: String, size: Int, unlink: Bool = true) throws -> (InodeNumber, Int32, Bool) {
