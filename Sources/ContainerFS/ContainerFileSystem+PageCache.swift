@@ -90,7 +90,7 @@ final class PassthroughFiles {
     /// Whether the kernel can make every passthrough writer's writes through `descriptor` itself:
     /// it is open to read and write, and not to append, sync or bypass the cache, flags a kernel
     /// may take from the backing file for all of them.
-    private static func servesEveryWriter(_ descriptor: Int32) -> Bool {
+    static func servesEveryWriter(_ descriptor: Int32) -> Bool {
         let flags = fcntl(descriptor, F_GETFL)
         return flags >= 0 && flags & O_ACCMODE == O_RDWR && flags & (O_APPEND | O_DSYNC | O_DIRECT) == 0
     }

@@ -18,11 +18,10 @@ struct RunCommand: ParsableCommand {
         Library and tmp; TMPDIR and /tmp are its tmp), its bundle read-only at CONTAINERFS_BUNDLE, \
         its groups' shared containers in CONTAINERFS_GROUP_CONTAINERS (an app in a group needs a \
         mount of the whole store), the system's files read-only, and nothing else: no other app, \
-        no user's home. The mount \
-        refuses its processes every other container, however they name it. An app whose bundle \
-        changed since it was sealed does not start. tmp is emptied when the app's last sandbox \
-        exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where the kernel allows \
-        them to all users).
+        no user's home. The mount refuses its processes every other container, however they name \
+        it. An app whose bundle changed since it was sealed does not start. tmp is emptied when the \
+        app's last sandbox exits. Needs bubblewrap (bwrap), and user namespaces (as root, or where \
+        the kernel allows them to all users).
         """
     )
 

@@ -10,8 +10,8 @@ struct WatchCommand: ParsableCommand {
         One line per event, named after the FilePresenter callback (presentedItemDidChange, \
         presentedItemDidMove, accommodatePresentedItemDeletion, presentedSubitemDidAppear, \
         relinquishPresentedItemToWriter, savePresentedItemChanges, presentedItemDidGainVersion, ...), \
-        then the path, and the new \
-        path for moves. With --json, one JSON object a line: {"event", "path", "newPath"?, "watched"}. \
+        then the path, and the new path for moves. With --json, one JSON object a line: {"event", \
+        "path", "newPath"?, "watched"}. \
         --on-save and --on-relinquish run a shell command (sh -c) when asked to save or to \
         relinquish, and answer the daemon when it ends; the command sees CONTAINERFS_EVENT and \
         CONTAINERFS_PATH. Other processes' operations wait only for those answers: without them the \
