@@ -189,7 +189,11 @@ public enum ControlCodec {
         bytes.append(UInt8(ascii: "["))
         for (index, component) in path.components.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            if let string = component.string {
+            // Most names are ASCII, valid UTF-8 as they are: escaped from the bytes, with no
+            // String made and validated for each (a notice names every directory of its path).
+            if component.bytes.allSatisfy({ $0 < 0x80 }) {
+                appendJSONString(utf8: component.bytes, to: &bytes)
+            } else if let string = component.string {
                 appendJSONString(string, to: &bytes)
             } else {
                 append(#"{"hex":""#, to: &bytes)
@@ -202,32 +206,39 @@ public enum ControlCodec {
 
     /// A JSON string literal, escaped as JSONEncoder escapes (slashes left alone).
     static func appendJSONString(_ string: String, to bytes: inout [UInt8]) {
-        bytes.append(UInt8(ascii: "\""))
         var string = string
-        string.withUTF8 { utf8 in
-            // Most names need no escape: copied whole.
-            guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
-                return bytes.append(contentsOf: utf8)
-            }
-            for byte in utf8 {
-                switch byte {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"):
-                    bytes.append(UInt8(ascii: "\\"))
-                    bytes.append(byte)
-                case 0x08: append(#"\b"#, to: &bytes)
-                case 0x0C: append(#"\f"#, to: &bytes)
-                case 0x0A: append(#"\n"#, to: &bytes)
-                case 0x0D: append(#"\r"#, to: &bytes)
-                case 0x09: append(#"\t"#, to: &bytes)
-                case 0..<0x20:
-                    append(#"\u00"#, to: &bytes)
-                    bytes.append(hexDigit(byte >> 4))
-                    bytes.append(hexDigit(byte & 0xF))
-                default: bytes.append(byte)
-                }
+        string.withUTF8 { appendJSONString(utf8: $0, to: &bytes) }
+    }
+
+    /// `appendJSONString` of bytes that are valid UTF-8.
+    static func appendJSONString(utf8: [UInt8], to bytes: inout [UInt8]) {
+        utf8.withUnsafeBufferPointer { appendJSONString(utf8: $0, to: &bytes) }
+    }
+
+    private static func appendJSONString(utf8: UnsafeBufferPointer<UInt8>, to bytes: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "\""))
+        defer { bytes.append(UInt8(ascii: "\"")) }
+        // Most names need no escape: copied whole.
+        guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+            return bytes.append(contentsOf: utf8)
+        }
+        for byte in utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                bytes.append(UInt8(ascii: "\\"))
+                bytes.append(byte)
+            case 0x08: append(#"\b"#, to: &bytes)
+            case 0x0C: append(#"\f"#, to: &bytes)
+            case 0x0A: append(#"\n"#, to: &bytes)
+            case 0x0D: append(#"\r"#, to: &bytes)
+            case 0x09: append(#"\t"#, to: &bytes)
+            case 0..<0x20:
+                append(#"\u00"#, to: &bytes)
+                bytes.append(hexDigit(byte >> 4))
+                bytes.append(hexDigit(byte & 0xF))
+            default: bytes.append(byte)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 
     private static func append(_ literal: StaticString, to bytes: inout [UInt8]) {

@@ -24,8 +24,17 @@ public struct PathComponent: Hashable, Sendable, Comparable, CustomStringConvert
 
     /// The extension after the last dot, excluding a leading dot (`.hidden` has none).
     public var pathExtension: [UInt8]? {
-        guard let dot = bytes.lastIndex(of: 0x2E), dot > 0, dot < bytes.count - 1 else { return nil }
+        guard let dot = extensionDot else { return nil }
         return Array(bytes[(dot + 1)...])
+    }
+
+    /// Whether the name has an extension (`pathExtension` is not nil), told without copying it:
+    /// the package rule asks this of every directory above every coordinated item.
+    public var hasPathExtension: Bool { extensionDot != nil }
+
+    private var extensionDot: Int? {
+        guard let dot = bytes.lastIndex(of: 0x2E), dot > 0, dot < bytes.count - 1 else { return nil }
+        return dot
     }
 
     /// Readable form: UTF-8 as is, other bytes as `\xNN`, so logs never lose information.

@@ -21,7 +21,7 @@ public struct PackageRule: Sendable {
 
     /// Any directory whose name has a non-empty extension after a dot (`Notes.app`, `x.pages`,
     /// `Proj.xcodeproj`); a leading dot alone (`.config`) is not an extension.
-    public static let anyExtension = PackageRule { $0.pathExtension != nil }
+    public static let anyExtension = PackageRule { $0.hasPathExtension }
 
     /// No directory is a package.
     public static let none = PackageRule { _ in false }

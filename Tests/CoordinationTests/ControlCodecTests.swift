@@ -116,6 +116,9 @@ final class ControlCodecTests: XCTestCase {
             .presentedSubitemDidMove(from: weird, to: path("Archive/x")),
             .presentedItemDidGainVersion("v-1795620978651834880"),
             .presentedSubitemDidGainVersion(at: weird, version: "v-\"1\\"),
+            // Names that are ASCII (escaped from their bytes) and UTF-8 beyond it (through a String).
+            .presentedSubitemDidChange(at: ItemPath(components: [PathComponent(bytes: Array("q\"b\\\t\u{1}\u{7F}".utf8))!])),
+            .presentedSubitemDidChange(at: path("Documents/ü€😀/x")),
         ]
         let control = String((0..<0x20).map { Character(Unicode.Scalar(UInt8($0))) })
         let names = ["p", "", "quote\"back\\slash/", control, "\u{7F}ü€😀", "fuse-\(UInt64.max)"]

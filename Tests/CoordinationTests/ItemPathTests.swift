@@ -57,6 +57,9 @@ final class ItemPathTests: XCTestCase {
         XCTAssertNil(PathComponent(".config")?.pathExtension)
         XCTAssertNil(PathComponent("trailing.")?.pathExtension)
         XCTAssertNil(PathComponent("plain")?.pathExtension)
+        for name in ["Notes.app", ".config", "trailing.", "plain", "a.b.c", "..x", "x.."] {
+            XCTAssertEqual(PathComponent(name)?.hasPathExtension, PathComponent(name)?.pathExtension != nil, name)
+        }
         let rule = PackageRule.anyExtension
         XCTAssertEqual(rule.enclosingPackage(of: path("D/Doc.pages/Data/x"), isDirectory: false), path("D/Doc.pages"))
         XCTAssertEqual(rule.enclosingPackage(of: path("D/Doc.pages"), isDirectory: true), path("D/Doc.pages"))
