@@ -18,9 +18,7 @@ public struct PathComponent: Hashable, Sendable, Comparable, CustomStringConvert
     }
 
     /// The name as a string, or nil when the bytes are not valid UTF-8.
-    public var string: String? {
-        String(validating: bytes, as: UTF8.self)
-    }
+    public var string: String? { validatedUTF8(bytes) }
 
     /// The extension after the last dot, excluding a leading dot (`.hidden` has none).
     public var pathExtension: [UInt8]? {
@@ -51,6 +49,17 @@ public struct PathComponent: Hashable, Sendable, Comparable, CustomStringConvert
     public static func < (lhs: PathComponent, rhs: PathComponent) -> Bool {
         lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
     }
+}
+
+/// `String(validating:as:)`, but ASCII (most names) is told and decoded without its generic
+/// validation, whose type look-ups cost more than the rest of a notice's decoding.
+func validatedUTF8(_ bytes: [UInt8]) -> String? {
+    bytes.allSatisfy { $0 < 0x80 } ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
+}
+
+/// Whether `bytes` are valid UTF-8.
+func isValidUTF8(_ bytes: [UInt8]) -> Bool {
+    bytes.allSatisfy { $0 < 0x80 } || String(validating: bytes, as: UTF8.self) != nil
 }
 
 private func hexDigits(_ byte: UInt8) -> String {

@@ -1,3 +1,5 @@
+import Glibc
+
 // Reads back a presenter notice exactly as `ControlCodec.appendNotice` writes it, without
 // JSONDecoder: a presenter client gets one per operation it hears of, and decoding them cost it
 // more than the operation cost the daemon. Anything else (another layout, a `\u` escape, a name
@@ -76,8 +78,8 @@ struct NoticeReader {
                 guard let digits = string(), let decoded = decodeHex(digits), skip("}") else { return nil }
                 name = decoded
             } else {
-                guard let text = string() else { return nil }
-                name = Array(text.utf8)
+                guard let text = utf8(), isValidUTF8(text) else { return nil }
+                name = text
             }
             guard let component = PathComponent(bytes: name) else { return nil }
             components.append(component)
@@ -88,14 +90,25 @@ struct NoticeReader {
 
     /// A string with no `\u` escape, valid UTF-8.
     private mutating func string() -> String? {
+        utf8().flatMap(validatedUTF8)
+    }
+
+    /// The bytes of a string with no `\u` escape, not yet checked to be UTF-8.
+    private mutating func utf8() -> [UInt8]? {
         guard skip("\"") else { return nil }
+        // Most strings hold no escape: taken whole, in one allocation.
+        if let end = bytes[index...].firstIndex(where: { $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") || $0 < 0x20 }),
+           bytes[end] == UInt8(ascii: "\"") {
+            defer { index = end + 1 }
+            return Array(bytes[index..<end])
+        }
         var result: [UInt8] = []
         while index < bytes.endIndex {
             let byte = bytes[index]
             index += 1
             switch byte {
             case UInt8(ascii: "\""):
-                return String(validating: result, as: UTF8.self)
+                return result
             case UInt8(ascii: "\\"):
                 guard index < bytes.endIndex else { return nil }
                 let escaped = bytes[index]
@@ -138,7 +151,7 @@ struct NoticeReader {
         let count = literal.utf8CodeUnitCount
         guard bytes.endIndex - index >= count else { return false }
         let matches = literal.withUTF8Buffer { expected in
-            bytes[index..<index + count].elementsEqual(expected)
+            bytes[index..<index + count].withUnsafeBufferPointer { memcmp($0.baseAddress!, expected.baseAddress!, count) == 0 }
         }
         if matches { index += count }
         return matches

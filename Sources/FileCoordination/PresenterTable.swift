@@ -122,8 +122,9 @@ final class PresenterTable: @unchecked Sendable {
                 }
                 answerOnce(nil)
             case .presentedSubitemDidGainVersion(let path, let identifier):
-                if let version = FileVersion.version(itemAt: url(path), forPersistentIdentifier: identifier) {
-                    presenter.presentedSubitem(at: url(path), didGain: version)
+                let item = url(path)
+                if let version = FileVersion.version(itemAt: item, forPersistentIdentifier: identifier) {
+                    presenter.presentedSubitem(at: item, didGain: version)
                 }
                 answerOnce(nil)
             }
