@@ -189,12 +189,10 @@ public enum ControlCodec {
         bytes.append(UInt8(ascii: "["))
         for (index, component) in path.components.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            // Most names are ASCII, valid UTF-8 as they are: escaped from the bytes, with no
-            // String made and validated for each (a notice names every directory of its path).
-            if component.bytes.allSatisfy({ $0 < 0x80 }) {
+            // Escaped from the bytes, with no String made for each name (a notice names every
+            // directory of its path).
+            if isValidUTF8(component.bytes) {
                 appendJSONString(utf8: component.bytes, to: &bytes)
-            } else if let string = component.string {
-                appendJSONString(string, to: &bytes)
             } else {
                 append(#"{"hex":""#, to: &bytes)
                 bytes.append(contentsOf: encodeHex(component.bytes).utf8)
