@@ -51,15 +51,15 @@ public struct PathComponent: Hashable, Sendable, Comparable, CustomStringConvert
     }
 }
 
-/// `String(validating:as:)`, but ASCII (most names) is told and decoded without its generic
-/// validation, whose type look-ups cost more than the rest of a notice's decoding.
-func validatedUTF8(_ bytes: [UInt8]) -> String? {
-    bytes.allSatisfy { $0 < 0x80 } ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
-}
-
-/// Whether `bytes` are valid UTF-8.
+/// Whether `bytes` are valid UTF-8. ASCII (most names) is told without `String(validating:as:)`,
+/// whose generic type look-ups cost more than the rest of a notice's encoding or decoding.
 func isValidUTF8(_ bytes: [UInt8]) -> Bool {
     bytes.allSatisfy { $0 < 0x80 } || String(validating: bytes, as: UTF8.self) != nil
+}
+
+/// `String(validating:as:)`, through `isValidUTF8`.
+func validatedUTF8(_ bytes: [UInt8]) -> String? {
+    isValidUTF8(bytes) ? String(decoding: bytes, as: UTF8.self) : nil
 }
 
 private func hexDigits(_ byte: UInt8) -> String {
