@@ -102,12 +102,15 @@ extension ContainerFileSystem {
         }
     }
 
-    /// Whether someone holds a lock on the node's file (docs/atomic-replace.md, "Files under
-    /// locks"): a rewrite then goes to the file itself, as on a disk. A shadow's writer would leave
-    /// the node, and the locks on it, to its readers, and the next open would find none. Asked only
-    /// while the file is open: a lock needs an open file.
+    /// Whether someone holds a lock on the node's file that a rewrite through a shadow would take
+    /// from them (docs/atomic-replace.md, "Files under locks"): the rewrite then goes to the file
+    /// itself, as on a disk. Asked only when such a writer would leave the node, and the locks on
+    /// it, to its readers: /proc/locks is read under a lock whose taking waits for an RCU grace
+    /// period once the machine's locks have been idle (5-8 ms), and the close of a rewrite still
+    /// in flight when the next one opens is not a reader.
     private func isLocked(_ node: Node) -> Bool {
-        guard node.openHandles.load(ordering: .relaxed) > 0, let heldLocks else { return false }
+        guard node.openHandles.load(ordering: .relaxed) > 0, let heldLocks, !node.isDetached,
+              node.withSession({ node.sharing.shadowWriterLeaves(sessionRunning: $0 != nil) }) else { return false }
         return heldLocks.held(on: node.exposedInode)
     }
 
@@ -132,7 +135,8 @@ extension ContainerFileSystem {
     /// kernel look the name up again, for a node of the writer's own.
     func yieldsToCachedReaders(_ node: Node, session: WriteSession?, inPlace opening: Sharing.Opening? = nil) -> Bool {
         if node.isDetached { return true }
-        let yields = opening.map { node.sharing.admit($0, passesThrough: passthrough != nil) == .detach } ?? (node.sharing.cachedReaders > 0)
+        let yields = opening.map { node.sharing.admit($0, passesThrough: passthrough != nil) == .detach }
+            ?? node.sharing.shadowWriterLeaves(sessionRunning: session != nil)
         guard session == nil, yields else { return false }
         nodes.detach(node)
         return true

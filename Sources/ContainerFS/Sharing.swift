@@ -79,6 +79,12 @@ struct Sharing: Equatable {
     /// of atomic replace must leave the node to.
     var cachedReaders: Int32 { pageCacheReaders + passthroughReaders + shared }
 
+    /// Whether a writer through a shadow leaves the node to its readers (`NodeTable.detach`): they
+    /// read a version through the kernel, and no write session runs (a writer joins a running
+    /// one, which made its way when it began). Only then can a rewrite take the locks on the node
+    /// from their holders (docs/atomic-replace.md, "Files under locks").
+    func shadowWriterLeaves(sessionRunning: Bool) -> Bool { !sessionRunning && cachedReaders > 0 }
+
     /// Whether any handle but a write session's writers has the file open.
     var hasOpenHandles: Bool { otherOpens + passthroughReaders > 0 }
 

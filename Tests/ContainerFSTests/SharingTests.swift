@@ -96,6 +96,21 @@ final class SharingTests: XCTestCase {
         XCTAssertEqual(sharing.admit(.liveWriter, passesThrough: false), .detach)
     }
 
+    /// Only readers make a rewrite through a shadow leave the node (and only then are the locks on
+    /// it looked for): a writer's close still in flight when the next rewrite opens is no reader.
+    func testAShadowWriterLeavesTheNodeOnlyToReadersAndOnlyWithoutASession() {
+        XCTAssertFalse(sharing.shadowWriterLeaves(sessionRunning: false), "nobody has it open")
+        XCTAssertEqual(open(.versionedReader, passthrough: 4), .passthrough(backingID: 4))
+        XCTAssertTrue(sharing.shadowWriterLeaves(sessionRunning: false))
+        XCTAssertFalse(sharing.shadowWriterLeaves(sessionRunning: true), "a writer joins the running session")
+        _ = sharing.close(.passthrough(backingID: 4))
+        XCTAssertEqual(open(.versionedReader, session: true), .direct, "a reader beside a session reads through the daemon")
+        XCTAssertFalse(sharing.shadowWriterLeaves(sessionRunning: false), "a direct reader holds no pages")
+        XCTAssertEqual(sharing.close(.direct), .none)
+        XCTAssertEqual(open(.versionedReader), .pageCache)
+        XCTAssertTrue(sharing.shadowWriterLeaves(sessionRunning: false), "a reader of the page cache holds its version")
+    }
+
     func testWhileLiveEveryReaderSharesTheWritersPageCache() {
         XCTAssertEqual(open(.liveWriter), .live)
         XCTAssertEqual(open(.versionedReader, passthrough: 9), .shared, "no passthrough beside a writer, no version of its own")
