@@ -116,7 +116,7 @@ final class ControlCodecTests: XCTestCase {
             .presentedSubitemDidMove(from: weird, to: path("Archive/x")),
             .presentedItemDidGainVersion("v-1795620978651834880"),
             .presentedSubitemDidGainVersion(at: weird, version: "v-\"1\\"),
-            // Names that are ASCII (escaped from their bytes) and UTF-8 beyond it (through a String).
+            // Names of ASCII with escapes, and of UTF-8 beyond ASCII: both escaped from their bytes.
             .presentedSubitemDidChange(at: ItemPath(components: [PathComponent(bytes: Array("q\"b\\\t\u{1}\u{7F}".utf8))!])),
             .presentedSubitemDidChange(at: path("Documents/ü€😀/x")),
         ]
