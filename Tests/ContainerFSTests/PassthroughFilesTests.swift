@@ -15,9 +15,14 @@ final class PassthroughFilesTests: XCTestCase {
         let cases: [(flags: Int32, serves: Bool)] = [
             (O_RDWR, true), (O_RDONLY, false), (O_WRONLY, false),
             (O_RDWR | O_APPEND, false), (O_RDWR | O_DSYNC, false), (O_RDWR | O_SYNC, false),
+            (O_RDWR | O_DIRECT, false),
         ]
         for (flags, serves) in cases {
             let descriptor = open(path, flags | O_CLOEXEC)
+            if descriptor < 0, errno == EINVAL, flags & O_DIRECT != 0 {
+                print("PassthroughFilesTests: the temporary directory's filesystem refuses O_DIRECT; that case is not checked")
+                continue
+            }
             XCTAssertGreaterThanOrEqual(descriptor, 0)
             XCTAssertEqual(PassthroughFiles.servesEveryWriter(descriptor), serves, "flags \(String(flags, radix: 8))")
             close(descriptor)
