@@ -103,11 +103,9 @@ extension ContainerFileSystem {
     }
 
     /// Whether someone holds a lock on the node's file that a rewrite through a shadow would take
-    /// from them (docs/atomic-replace.md, "Files under locks"): the rewrite then goes to the file
-    /// itself, as on a disk. Asked only when such a writer would leave the node, and the locks on
-    /// it, to its readers: /proc/locks is read under a lock whose taking waits for an RCU grace
-    /// period once the machine's locks have been idle (5-8 ms), and the close of a rewrite still
-    /// in flight when the next one opens is not a reader.
+    /// from them: the rewrite then goes to the file itself, as on a disk. Asked only when such a
+    /// writer would leave the node to its readers, since reading /proc/locks may wait milliseconds
+    /// (docs/atomic-replace.md, "Files under locks").
     private func isLocked(_ node: Node) -> Bool {
         guard node.openHandles.load(ordering: .relaxed) > 0, let heldLocks, !node.isDetached,
               node.withSession({ node.sharing.shadowWriterLeaves(sessionRunning: $0 != nil) }) else { return false }
