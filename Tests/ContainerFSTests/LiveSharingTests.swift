@@ -243,6 +243,29 @@ final class LiveSharingTests: MountedTestCase {
         """, expected: "first\nsecond\nfirst\nsecond\n")
     }
 
+    /// A follower of a file rewritten whole (`>`) keeps the version it opened, `tail -F` too: the
+    /// file keeps its inode number, and the follower's size stays its version's. Opted into in-place
+    /// writes, the file is truncated in place and followed as on a disk. (The new version is the
+    /// shorter, so that a follower on a disk tells the truncation from an append whatever the timing.)
+    func testAFollowerOfARewrittenFileFollowsItOnceTheFileIsOptedIntoInPlaceWrites() {
+        XCTAssertEqual(sh("""
+        cd Documents && echo a-longer-first-line > status
+        (sleep 1; echo second > status) &
+        timeout 3 tail -F status 2>/dev/null || true
+        echo --; cat status
+        """), "a-longer-first-line\n--\nsecond\n")
+        everywhere("""
+        echo a-longer-first-line > status
+        setfattr -n user.containerfs.write-in-place -v 1 status 2>/dev/null || true
+        (sleep 1; echo second > status) &
+        timeout 3 tail -F status 2>/dev/null || true
+        echo a-longer-first-line > log
+        setfattr -n user.containerfs.write-in-place -v 1 log 2>/dev/null || true
+        (sleep 1; echo second > log) &
+        timeout 3 tail -f log 2>/dev/null || true
+        """, expected: "a-longer-first-line\nsecond\na-longer-first-line\nsecond\n")
+    }
+
     func testAnAppenderKilledBySignalKeepsWhatItWrote() {
         everywhere("""
         timeout 1 sh -c 'while :; do echo tick; sleep .01; done >> log' || true
