@@ -181,7 +181,8 @@ extension ContainerFileSystem {
                     guard waited == 0 else { return waited }
                     if replacesFile { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
-                    let place = keepsReplaced ? self.shadows.versions?.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes) : nil
+                    let place = keepsReplaced ? self.shadows.versions?.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes)
+                        .map { VersionKeeper.Place(path: $0, writer: VersionKeeper.Place.renamer(request.caller.pid)) } : nil
                     // A new file not yet written takes it as its record's previous version instead of waiting.
                     if replacesOneLink, let destinationKey, unsynced.pending(destinationKey) == nil,
                        let renamed = self.shadows.renameUnwritten(sourceKey, over: newPointer, in: to.descriptor, versionPlace: place,
@@ -193,7 +194,7 @@ extension ContainerFileSystem {
                         guard waited == 0 else { return waited }
                     }
                     if let place, let versions = self.shadows.versions {
-                        version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place) }
+                        version = versions.keepReplaced(newPointer, in: to.descriptor, at: place).map { ($0, place.path) }
                     }
                     return rename()
                 }

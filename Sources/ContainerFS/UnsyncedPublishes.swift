@@ -63,14 +63,14 @@ final class UnsyncedPublish: Sendable {
     struct Names {
         var record: [CChar]
         var previous: [CChar]?
-        var versionPlace: ItemPath?
+        var versionPlace: VersionKeeper.Place?
     }
 
     /// The version, open (owned until its data is written); the outcome of that write, 0 or an
     /// errno; whether what follows it is done; and its names (a rename may give it a previous version).
     private let state: Locked<(file: Int32, written: Int32?, done: Bool, names: Names)>
 
-    init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: ItemPath?) {
+    init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: VersionKeeper.Place?) {
         self.key = key
         self.size = size
         state = Locked((file, nil, false, Names(record: record, previous: previous, versionPlace: versionPlace)))

@@ -37,6 +37,17 @@ public final class VersionKeeper: @unchecked Sendable {
         init(_ handle: DirectoryHandle) { self.handle = handle }
     }
 
+    /// Where a replaced version is kept, and the writer that replaced it: a process's file table
+    /// (a write's lock owner), or a renamer's pid. The spacing counts per writer: one program's
+    /// burst keeps one version, and another program's replacement (a restore, a script's next
+    /// command) is kept whenever it comes.
+    struct Place: Hashable, Sendable {
+        let path: ItemPath
+        let writer: UInt64
+
+        static func renamer(_ pid: pid_t) -> UInt64 { UInt64(UInt32(bitPattern: pid)) | 1 << 63 }
+    }
+
     /// A version linked into its directory.
     struct Kept: Sendable {
         let directory: Directory
@@ -45,6 +56,8 @@ public final class VersionKeeper: @unchecked Sendable {
         var name: String { VersionStore.withName(nanoseconds) { String(cString: $0) } }
     }
     private let state = Locked(State())
+    /// When each program last had a version of a file kept (`VersionLimits.spacing`).
+    private let spacing: Locked<VersionSpacing<Place>>
     /// Tells presenters of a version kept, by its name and the item's path; set before the
     /// session runs.
     var announce: @Sendable (String, ItemPath) -> Void = { _, _ in }
@@ -58,6 +71,7 @@ public final class VersionKeeper: @unchecked Sendable {
     public init(store: Store, limits: VersionLimits, rootApp: String?, rootDirectory: [String]) {
         self.store = VersionStore(store: store)
         self.limits = limits
+        spacing = Locked(VersionSpacing(seconds: limits.spacing))
         rootContainer = rootApp
         self.rootDirectory = rootDirectory
     }
@@ -95,25 +109,35 @@ public final class VersionKeeper: @unchecked Sendable {
     /// store is below its free-space floor) or a call fails (a shadow left behind goes at the next
     /// mount). An empty file is not kept: there is nothing to put back (an editor that truncates
     /// before it writes publishes one for a moment).
-    func keep(_ name: [CChar], in directory: Int32, at place: ItemPath) {
+    func keep(_ name: [CChar], in directory: Int32, at place: Place) {
         let replaced = Date()
+        let moment = DispatchTime.now().uptimeNanoseconds
         queue.async { [self] in
             var attributes = stat()
-            // Linked, then unlinked from the shadows: a rename out of their directory would take
-            // the lock of two directories, and contend with every publish's.
-            if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0,
-               let kept = link(name, in: directory, at: place, replacedAt: replaced) {
-                Shadows.removePrevious(name, in: directory)
-                return retain(kept, of: place)
+            if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0 {
+                // Within a burst the version from before it stays the file's last kept: this one
+                // becomes a spare, as a version nobody keeps does.
+                guard spacing.withLock({ $0.admits(place, at: moment) }) else {
+                    if !recycle(String(cString: name), directory) { Shadows.removePrevious(name, in: directory) }
+                    return
+                }
+                // Linked, then unlinked from the shadows: a rename out of their directory would take
+                // the lock of two directories, and contend with every publish's.
+                if let kept = link(name, in: directory, at: place.path, replacedAt: replaced) {
+                    Shadows.removePrevious(name, in: directory)
+                    return retain(kept, of: place.path)
+                }
             }
             Shadows.removePrevious(name, in: directory)
         }
     }
 
     /// Before an editor's save renames a file over `name` in `parent`, links the file it replaces
-    /// into its versions. Returns the version, to remove if the rename fails.
-    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: ItemPath) -> Kept? {
-        link(name, in: parent, at: place, replacedAt: Date())
+    /// into its versions (unless the renamer had one of it kept within the spacing). Returns the
+    /// version, to remove if the rename fails.
+    func keepReplaced(_ name: UnsafePointer<CChar>, in parent: Int32, at place: Place) -> Kept? {
+        guard spacing.withLock({ $0.admits(place, at: DispatchTime.now().uptimeNanoseconds) }) else { return nil }
+        return link(name, in: parent, at: place.path, replacedAt: Date())
     }
 
     /// Links `name` in `directory` into the versions of the item at `place`, by names relative to

@@ -165,6 +165,11 @@ final class Shadows: @unchecked Sendable {
         unlinkat(directory, name, 0)
     }
 
+    /// Where the version a publish of `session` swaps out is kept, if versions are: by its last writer.
+    private func versionPlace(of node: Node, in nodes: NodeTable, by session: WriteSession) -> VersionKeeper.Place? {
+        versions?.place(of: node, in: nodes).map { VersionKeeper.Place(path: $0, writer: session.lastWriter) }
+    }
+
     /// Removes a previous version no one keeps, or makes it a spare (`recycle`).
     private func removeOrReuse(_ name: [CChar]) {
         if !recycle(name, in: directory) { Shadows.removePrevious(name, in: directory) }
@@ -701,12 +706,12 @@ final class Shadows: @unchecked Sendable {
             }
             // The shadow's name now leads to the previous version, kept until the data is written.
             unsynced.add(UnsyncedPublish(key: key, size: attributes.st_size, file: session.shadow, record: record, previous: session.shadowName,
-                                         versionPlace: versions?.place(of: node, in: nodes)))
+                                         versionPlace: versionPlace(of: node, in: nodes, by: session)))
             session.shadow = -1
         } else if exchanged {
             // The shadow's name now leads to the previous version: kept as a version, or removed.
             let name = session.shadowName
-            if let versions, let place = versions.place(of: node, in: nodes) {
+            if let versions, let place = versionPlace(of: node, in: nodes, by: session) {
                 versions.keep(name, in: directory, at: place)
             } else {
                 remover.async { self.removeOrReuse(name) }
@@ -791,7 +796,7 @@ final class Shadows: @unchecked Sendable {
     /// it (docs/atomic-replace.md, "Closes without a sync"). Nil when `key` is no such file (its
     /// data is written, or it has a previous version) or a step before the rename failed: the
     /// caller waits for its data and renames.
-    func renameUnwritten(_ key: BackingKey, over name: UnsafePointer<CChar>, in parent: Int32, versionPlace: ItemPath?,
+    func renameUnwritten(_ key: BackingKey, over name: UnsafePointer<CChar>, in parent: Int32, versionPlace: VersionKeeper.Place?,
                          rename: () -> Int32) -> Int32? {
         guard let publish = unsynced.pending(key) else { return nil }
         return publish.withNamesIfUnwritten { names -> Int32? in

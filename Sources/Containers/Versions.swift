@@ -229,8 +229,41 @@ public struct VersionLimits: Sendable, Equatable {
     /// No version is kept while the store's filesystem has less free space than this (nil: a
     /// tenth of the filesystem).
     public var floor: UInt64?
+    /// The versions one program replaces of a file are kept at least this far apart (0: every one).
+    public var spacing: TimeInterval = 1
 
     public init() {}
+}
+
+/// Whether a version is kept, by the time since the last one kept at its place (a file and the
+/// program replacing it): a program's burst of replacements keeps the version from before it, and
+/// the file's older versions stay, where each rewrite would push one out. One value, which its
+/// owner serializes; places whose last keep is past the spacing are let go.
+public struct VersionSpacing<Place: Hashable & Sendable>: Sendable {
+    /// Nanoseconds; 0 keeps every version.
+    public let interval: UInt64
+    private var lastKept: [Place: UInt64] = [:]
+    private var pruneAt = 4096
+
+    public init(seconds: TimeInterval) {
+        interval = UInt64(max(0, seconds) * 1_000_000_000)
+    }
+
+    /// Whether a version of `place` replaced at `moment` (monotonic nanoseconds) is kept; one that
+    /// is becomes the place's last. Moments may come out of order (a save's keep is decided at
+    /// once, a publish's on the background queue): either side of the last counts.
+    public mutating func admits(_ place: Place, at moment: UInt64) -> Bool {
+        guard interval > 0 else { return true }
+        if let last = lastKept[place], (moment > last ? moment - last : last - moment) < interval { return false }
+        if lastKept.count >= pruneAt {
+            lastKept = lastKept.filter { moment > $0.value ? moment - $0.value < interval : true }
+            pruneAt = max(4096, 2 * lastKept.count)
+        }
+        lastKept[place] = moment
+        return true
+    }
+
+    var tracked: Int { lastKept.count }
 }
 
 /// Which versions go: one value, transitions that say what to remove (the caller removes them).

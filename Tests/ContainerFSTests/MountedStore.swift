@@ -44,7 +44,8 @@ final class MountedStore {
         try prepare(store)
         mountPoint = root.appendingPathComponent("mnt").path
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        arguments = ["mount", "-f", store.root, mountPoint] + extraArguments
+        // Every version kept, as the tests of versions count them; `VersionTests` spaces them apart.
+        arguments = ["mount", "-f", store.root, mountPoint, "-o", "version_spacing=0"] + extraArguments
         if let app { arguments += ["--app", app] }
         if let descriptorLimit {
             // prlimit execs the daemon: the pid stays the daemon's.

@@ -112,6 +112,34 @@ final class VersionTests: MountedTestCase {
         XCTAssertTrue(bad.error.contains("versions takes how many previous versions"), bad.error)
     }
 
+    /// A program's burst of rewrites or saves keeps the version from before it, not one per rewrite,
+    /// so that it pushes none of the file's older versions out; another program's replacement (the
+    /// next command of a script, a restore) is kept whenever it comes.
+    func testABurstOfRewritesByOneProgramKeepsTheVersionFromBeforeIt() throws {
+        try remount(with: "version_spacing=1")
+        let file = home + "/Documents/burst.txt"
+        // One shell: its redirections are one process's rewrites.
+        sh("echo one > Documents/burst.txt; echo two > Documents/burst.txt; echo three > Documents/burst.txt")
+        // Another program's, in a loop.
+        sh("python3 -c \"for text in 'abcde': open('Documents/burst.txt', 'w').write(text)\"")
+        // A third one's synced saves by rename: the file the first renames over is linked at once.
+        sh("""
+        python3 -c "
+        import os
+        for text in ('s1', 's2', 's3'):
+            f = os.open('Documents/tmp.txt', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(f, text.encode()); os.fsync(f); os.close(f)
+            os.rename('Documents/tmp.txt', 'Documents/burst.txt')
+        "
+        """)
+        waitForVersions(file, count: 3)
+        usleep(300_000)
+        XCTAssertEqual(versions(file), ["one\n", "three\n", "e"])
+        XCTAssertEqual(sh("cat Documents/burst.txt"), "s3")
+        let bad = Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) /nonexistent -o version_spacing=soon")
+        XCTAssertTrue(bad.error.contains("version_spacing takes a number of seconds"), bad.error)
+    }
+
     /// While the store's filesystem is below the floor the oldest versions go, also when other
     /// writes filled it and no version was kept since (they stayed until the next keep, taking
     /// room a full disk's writers needed).

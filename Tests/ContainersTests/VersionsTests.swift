@@ -9,6 +9,31 @@ final class VersionsTests: XCTestCase {
                           modifiedAt: Date(timeIntervalSince1970: seconds), size: bytes, allocatedBytes: bytes)
     }
 
+    func testAFilesVersionsAreKeptAtLeastTheSpacingApart() {
+        XCTAssertEqual(VersionLimits().spacing, 1)
+        let second: UInt64 = 1_000_000_000
+        var spacing = VersionSpacing<String>(seconds: 1)
+        XCTAssertTrue(spacing.admits("a", at: 10 * second))
+        XCTAssertFalse(spacing.admits("a", at: 10 * second + second / 2), "within the spacing")
+        XCTAssertTrue(spacing.admits("b", at: 10 * second + second / 2), "another file's")
+        XCTAssertFalse(spacing.admits("a", at: 10 * second - second / 2), "decided late, just before the last")
+        XCTAssertTrue(spacing.admits("a", at: 11 * second))
+        XCTAssertFalse(spacing.admits("a", at: 11 * second + 1))
+        var every = VersionSpacing<String>(seconds: 0)
+        XCTAssertTrue(every.admits("a", at: second))
+        XCTAssertTrue(every.admits("a", at: second), "0 keeps every version")
+    }
+
+    func testTheSpacingLetsGoOfFilesWhoseLastKeepIsPast() {
+        // Looked through when the files tracked reach twice those the last look kept (4,096 at first).
+        var spacing = VersionSpacing<Int>(seconds: 1)
+        for file in 0..<5000 { XCTAssertTrue(spacing.admits(file, at: UInt64(file))) }
+        XCTAssertEqual(spacing.tracked, 5000, "all within the spacing: none let go")
+        for file in 5000..<8200 { XCTAssertTrue(spacing.admits(file, at: 3_000_000_000)) }
+        XCTAssertEqual(spacing.tracked, 3200, "the first 5,000 let go")
+        XCTAssertTrue(spacing.admits(5, at: 3_000_000_001), "let go: kept again")
+    }
+
     func testEachFileKeepsItsCountAndOldVersionsAgeOut() {
         var limits = VersionLimits()
         limits.count = 2

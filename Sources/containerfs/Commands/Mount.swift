@@ -33,6 +33,9 @@ struct Mount: ParsableCommand {
           versions=N             previous versions kept per file in Documents and
                                  Library (10; 0 keeps none)
           version_age=DAYS       how long they are kept (30)
+          version_spacing=S      seconds between two versions a program keeps of a
+                                 file: its burst of rewrites keeps the one from
+                                 before it (1; 0 keeps every one)
           version_space=SIZE     the space all versions may take (1G)
           version_floor=SIZE     none is kept while the store has less free space
                                  (a tenth of its filesystem)
@@ -170,6 +173,11 @@ struct MountOptions {
                     throw ValidationError("version_age takes a number of days, such as 30.")
                 }
                 versionLimits.age = days * 86_400
+            } else if option.hasPrefix("version_spacing=") {
+                guard let seconds = Double(option.dropFirst(16)), seconds >= 0, seconds.isFinite else {
+                    throw ValidationError("version_spacing takes a number of seconds, such as 1 (0 keeps every version).")
+                }
+                versionLimits.spacing = seconds
             } else if let (name, size) = try MountOptions.size(option, ["version_space", "version_floor"]) {
                 if name == "version_space" { versionLimits.space = size } else { versionLimits.floor = size }
             } else if option == "no_passthrough" {

@@ -12,7 +12,7 @@ struct VersionsCommand: ParsableCommand {
         One line per version, oldest first: its identifier, when it was replaced, its size, and the \
         path where its contents can be read (in the store). `containerfs restore-version FILE ID` \
         puts one back. Versions are kept for files in Documents and Library when a whole-file write \
-        or a save replaces them (mount options versions, version_age, version_space, version_floor).
+        or a save replaces them (mount options versions, version_age, version_space, version_floor, version_spacing).
         """
     )
 
