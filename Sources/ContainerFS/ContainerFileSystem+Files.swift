@@ -153,6 +153,7 @@ extension ContainerFileSystem {
                 // release still on its way) must not publish the truncation before anything of
                 // this one is written (a shell's `echo b > f` right after `echo a > f`).
                 session.lastWriter = 0
+                session.lastWriterThread = 0
                 session.truncater = 0
             } else if session.log != nil {
                 // A log serves one writer: a second one shares an ordinary shadow.
@@ -458,6 +459,7 @@ extension ContainerFileSystem {
             if let writer {
                 session.dirty = true
                 session.lastWriter = writer.owner
+                session.lastWriterThread = writer.thread
                 session.writerProcesses.add(writer.thread)
             }
             body(session.log != nil ? .log(session) : .shadow(session))

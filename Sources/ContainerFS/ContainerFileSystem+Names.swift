@@ -182,7 +182,7 @@ extension ContainerFileSystem {
                     if replacesFile { self.keepReachable(newPointer, in: to) }
                     // The file a save replaces is its previous version.
                     let place = keepsReplaced ? self.shadows.versions?.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes)
-                        .map { VersionKeeper.Place(path: $0, writer: VersionKeeper.Place.renamer(request.caller.pid)) } : nil
+                        .map { VersionKeeper.Place(path: $0, writer: request.caller.pid) } : nil
                     // A new file not yet written takes it as its record's previous version instead of waiting.
                     if replacesOneLink, let destinationKey, unsynced.pending(destinationKey) == nil,
                        let renamed = self.shadows.renameUnwritten(sourceKey, over: newPointer, in: to.descriptor, versionPlace: place,

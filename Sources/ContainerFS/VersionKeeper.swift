@@ -37,15 +37,12 @@ public final class VersionKeeper: @unchecked Sendable {
         init(_ handle: DirectoryHandle) { self.handle = handle }
     }
 
-    /// Where a replaced version is kept, and the writer that replaced it: a process's file table
-    /// (a write's lock owner), or a renamer's pid. The spacing counts per writer: one program's
-    /// burst keeps one version, and another program's replacement (a restore, a script's next
-    /// command) is kept whenever it comes.
+    /// Where a replaced version is kept, and the thread that replaced it (its last writer, or the
+    /// renamer). The spacing counts per writer: one program's burst keeps one version, and another
+    /// program's replacement (a restore, a script's next command) is kept whenever it comes.
     struct Place: Hashable, Sendable {
         let path: ItemPath
-        let writer: UInt64
-
-        static func renamer(_ pid: pid_t) -> UInt64 { UInt64(UInt32(bitPattern: pid)) | 1 << 63 }
+        let writer: pid_t
     }
 
     /// A version linked into its directory.

@@ -245,8 +245,9 @@ public struct VersionSpacing<Place: Hashable & Sendable>: Sendable {
     private var lastKept: [Place: UInt64] = [:]
     private var pruneAt = 4096
 
+    /// At most a year: longer would overflow the nanoseconds, and no burst lasts that long.
     public init(seconds: TimeInterval) {
-        interval = UInt64(max(0, seconds) * 1_000_000_000)
+        interval = UInt64((seconds.isNaN ? 0 : min(max(0, seconds), 365 * 86_400)) * 1_000_000_000)
     }
 
     /// Whether a version of `place` replaced at `moment` (monotonic nanoseconds) is kept; one that

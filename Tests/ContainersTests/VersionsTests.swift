@@ -22,6 +22,10 @@ final class VersionsTests: XCTestCase {
         var every = VersionSpacing<String>(seconds: 0)
         XCTAssertTrue(every.admits("a", at: second))
         XCTAssertTrue(every.admits("a", at: second), "0 keeps every version")
+        XCTAssertEqual(VersionSpacing<String>(seconds: 1e30).interval, 365 * 86_400 * second, "a year at most")
+        XCTAssertEqual(VersionSpacing<String>(seconds: .infinity).interval, 365 * 86_400 * second)
+        XCTAssertEqual(VersionSpacing<String>(seconds: .nan).interval, 0)
+        XCTAssertEqual(VersionSpacing<String>(seconds: -1).interval, 0)
     }
 
     func testTheSpacingLetsGoOfFilesWhoseLastKeepIsPast() {
