@@ -104,8 +104,9 @@ public final class VersionKeeper: @unchecked Sendable {
     /// Puts the previous version named `name` in `directory` (the shadows') among the versions of
     /// the item at `place`, after the writer's close; removes it instead when none may be kept (the
     /// store is below its free-space floor) or a call fails (a shadow left behind goes at the next
-    /// mount). An empty file is not kept: there is nothing to put back (an editor that truncates
-    /// before it writes publishes one for a moment).
+    /// mount), and reuses it as a spare within its writer's spacing. An empty file is not kept:
+    /// there is nothing to put back (an editor that truncates before it writes publishes one for a
+    /// moment).
     func keep(_ name: [CChar], in directory: Int32, at place: Place) {
         let replaced = Date()
         let moment = DispatchTime.now().uptimeNanoseconds
