@@ -152,8 +152,7 @@ extension ContainerFileSystem {
                 // A new version begins: the close of the process that wrote the last one (its
                 // release still on its way) must not publish the truncation before anything of
                 // this one is written (a shell's `echo b > f` right after `echo a > f`).
-                session.lastWriter = 0
-                session.lastWriterThread = 0
+                session.lastWriter = nil
                 session.truncater = 0
             } else if session.log != nil {
                 // A log serves one writer: a second one shares an ordinary shadow.
@@ -458,8 +457,7 @@ extension ContainerFileSystem {
             }
             if let writer {
                 session.dirty = true
-                session.lastWriter = writer.owner
-                session.lastWriterThread = writer.thread
+                session.lastWriter = writer
                 session.writerProcesses.add(writer.thread)
             }
             body(session.log != nil ? .log(session) : .shadow(session))
@@ -531,7 +529,7 @@ extension ContainerFileSystem {
         // that published everything has nothing to decide.
         let (wrote, pending) = handle.node.withSession { session -> (Bool, Bool) in
             guard let session else { return (false, false) }
-            let wrote = session.lastWriter != 0 && session.lastWriter == file.lockOwner
+            let wrote = session.lastWriter.map { $0.owner != 0 && $0.owner == file.lockOwner } ?? false
                 || session.truncater != 0 && session.truncater == request.caller.pid
             return (wrote, session.dirty || session.failure != 0)
         }

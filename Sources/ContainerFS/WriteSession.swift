@@ -33,12 +33,11 @@ final class WriteSession {
     /// Whether `access` is the file's creation, which took effect even if nothing is written:
     /// presenters hear "did appear" once the first content is there to read.
     var announcesCreation = false
-    /// The lock owner (the writing process's file table) of the last write: its close publishes.
-    /// Closes by others, such as a forked child dropping an inherited descriptor, do not.
-    var lastWriter: UInt64 = 0
-    /// The thread of the last write, who the version it replaces is kept for (`VersionKeeper.Place`):
-    /// a lock owner is a file table's address, which the next process may get.
-    var lastWriterThread: pid_t = 0
+    /// The last write's lock owner (the writing process's file table), whose close publishes
+    /// (closes by others, such as a forked child dropping an inherited descriptor, do not), and its
+    /// thread, who the version it replaces is kept for (`VersionKeeper.Place`: a lock owner is a
+    /// file table's address, which the next process may get).
+    var lastWriter: (owner: UInt64, thread: pid_t)?
     /// The thread that truncated the file through its descriptor (`ftruncate`, with no write): its
     /// close publishes too, as a writer's does (`truncate -s` then `stat` or `du`). 0: none.
     var truncater: pid_t = 0
@@ -170,7 +169,7 @@ final class Shadows: @unchecked Sendable {
 
     /// Where the version a publish of `session` swaps out is kept, if versions are: by its last writer.
     private func versionPlace(of node: Node, in nodes: NodeTable, by session: WriteSession) -> VersionKeeper.Place? {
-        versions?.place(of: node, in: nodes).map { VersionKeeper.Place(path: $0, writer: session.lastWriterThread) }
+        versions?.place(of: node, in: nodes).map { VersionKeeper.Place(path: $0, writer: session.lastWriter?.thread ?? 0) }
     }
 
     /// Removes a previous version no one keeps, or makes it a spare (`recycle`).
