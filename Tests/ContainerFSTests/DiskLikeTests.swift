@@ -66,6 +66,19 @@ final class DiskLikeTests: MountedTestCase {
         """)
     }
 
+    /// A file made and closed unwritten keeps its change time (pjdfstest's unlink/00.t reads it
+    /// right after `create`, and again a second later). Its mark, a link, goes at its release:
+    /// the kernel kept the create's answer, from before, for its attribute timeout.
+    func testAFileClosedUnwrittenKeepsItsChangeTime() {
+        everywhere("""
+        python3 -c "import os; os.close(os.open('made', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))"
+        sleep 0.2
+        first=$(stat -c %z made)
+        sleep 1.1
+        test "$first" = "$(stat -c %z made)" && echo kept
+        """, expected: "kept\n")
+    }
+
     /// An open for writing reads nothing: the access time stays (the daemon's copy of the file for
     /// the shadow moved it, which mail readers comparing it with the modification time notice).
     func testAnOpenForWritingLeavesTheAccessTime() {
