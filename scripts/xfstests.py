@@ -59,13 +59,18 @@ def double(size):
 
 def ensure_users():
     """The users and group xfstests runs its permission tests as."""
-    if subprocess.run(["getent", "group", "fsgqa"], stdout=subprocess.DEVNULL).returncode != 0:
-        run(["groupadd", "fsgqa"])
-        print("xfstests: added the group fsgqa")
+    def group_exists(name):
+        return subprocess.run(["getent", "group", name], stdout=subprocess.DEVNULL).returncode == 0
+
     for user in USERS:
         if subprocess.run(["id", user], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
-            run(["useradd", "-m", user])
+            # useradd refuses to make a user's own group where a group of that name exists already
+            # (a run stopped between the two): the user joins it instead.
+            run(["useradd", "-m"] + (["-g", user] if group_exists(user) else []) + [user])
             print("xfstests: added the user %s" % user)
+    if not group_exists("fsgqa"):
+        run(["groupadd", "fsgqa"])
+        print("xfstests: added the group fsgqa")
 
 
 class Run:
