@@ -600,9 +600,6 @@ extension ContainerFileSystem {
             session.writers -= 1
             guard session.writers == 0 else { return (nil, false) }
             let wasDirty = session.dirty
-            // A new file closed unwritten loses its mark here, a link whose removal moves the
-            // file's change time past the one the create's answer gave the kernel.
-            let dropsMark = session.fresh && !wasDirty && !session.shadowName.isEmpty
             let published = session.publishes
             let error = shadows.publish(session, of: handle.node, in: nodes, durably: false)
             session.access?.end(tookEffect: (wasDirty || session.announcesCreation) && error == 0)
@@ -612,9 +609,9 @@ extension ContainerFileSystem {
                 return (published, false)
             }
             // Nothing published now: the kernel hears only of a view of the writers' it may hold
-            // still (a discarded session's size, a shadow's times, a new file's time of change
-            // before its mark went), not of one a publish in flush told it of already.
-            guard session.kernelMayHoldWriters || dropsMark else { return (nil, false) }
+            // still (a discarded session's size, a shadow's times), not of one a publish in flush
+            // told it of already.
+            guard session.kernelMayHoldWriters else { return (nil, false) }
             handle.node.sharing.noticeDecided()
             return (nil, true)
         }

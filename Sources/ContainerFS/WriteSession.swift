@@ -22,8 +22,9 @@ final class WriteSession {
     /// Whether the shadow holds writes not yet published.
     var dirty = false { didSet { if dirty { kernelMayHoldWriters = true } } }
     /// Whether the kernel may hold attributes of the writers' view (a size their writes or
-    /// truncation gave it, a shadow's times) that no notice has dropped since: a session that ends
-    /// without publishing them tells the kernel (`ContainerFileSystem.release`).
+    /// truncation gave it, a shadow's times, a new file's change time from before its mark goes)
+    /// that no notice has dropped since: a session that ends without publishing them tells the
+    /// kernel (`ContainerFileSystem.release`).
     var kernelMayHoldWriters = false
     /// The error of a write that failed (a full disk): the shadow is then never published, and
     /// the writer's close reports it. The previous version stays.
@@ -416,6 +417,8 @@ final class Shadows: @unchecked Sendable {
         session.shadowName = name
         session.fresh = true
         session.markKey = key
+        // The mark is a link: its removal, if nothing is published, moves the file's change time.
+        session.kernelMayHoldWriters = true
         unsynced.linked(key)
         return 0
     }
