@@ -65,7 +65,7 @@ def ensure_users():
     for user in USERS:
         if subprocess.run(["id", user], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
             # useradd refuses to make a user's own group where a group of that name exists already
-            # (a run stopped between the two): the user joins it instead.
+            # (made by hand, or by a run that stopped before its users): the user joins it instead.
             run(["useradd", "-m"] + (["-g", user] if group_exists(user) else []) + [user])
             print("xfstests: added the user %s" % user)
     if not group_exists("fsgqa"):
