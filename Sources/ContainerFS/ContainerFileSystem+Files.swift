@@ -237,8 +237,8 @@ extension ContainerFileSystem {
                 // out, as every later `stat` does (the kernel keeps the entry's count of links).
                 if !spareName.isEmpty, opened.1 == 0 { self.shadows.unsynced.linked(key) }
                 var entry = fuse_entry_param()
-                error = opened.1 != 0 ? opened.1 : self.lookupEntry(parent: parentNode, name: name, entry: &entry, expected: key,
-                                                                           for: caller.uid)
+                error = opened.1 != 0 ? opened.1 : self.enter(parent: parentNode, name: name, attributes: opened.0, entry: &entry,
+                                                                     for: caller.uid)
                 guard error == 0 else {
                     close(descriptor)
                     self.shadows.dropSpareLink(spareName, of: opened.1 == 0 ? key : nil)

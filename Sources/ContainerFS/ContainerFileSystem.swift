@@ -139,6 +139,14 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
                 return error != 0 ? error : ESTALE
             }
         }
+        return enter(parent: parent, name: name, descriptor: descriptor, attributes: attributes, entry: &entry, for: uid)
+    }
+
+    /// `lookupEntry`'s end, for an item whose attributes are known: a file just made or opened as
+    /// `name` under a coordinated access, whose descriptor gave them (a look-up by name again
+    /// would find the same file).
+    func enter(parent: Node, name: FileName, descriptor: Int32 = -1, attributes: stat, entry: inout fuse_entry_param,
+               for uid: uid_t) -> Int32 {
         let zone = parent.zone.child(named: name.bytes)
         guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
                                         name: name, for: uid) else { return EMFILE }
