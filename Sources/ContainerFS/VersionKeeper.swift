@@ -116,8 +116,7 @@ public final class VersionKeeper: @unchecked Sendable {
                 // Within a burst the version from before it stays the file's last kept: this one
                 // becomes a spare, as a version nobody keeps does.
                 guard spacing.withLock({ $0.admits(place, at: moment) }) else {
-                    if !recycle(String(cString: name), directory) { Shadows.removePrevious(name, in: directory) }
-                    return
+                    return reuseOrRemove(String(cString: name), in: directory)
                 }
                 // Linked, then unlinked from the shadows: a rename out of their directory would take
                 // the lock of two directories, and contend with every publish's.
@@ -263,6 +262,11 @@ public final class VersionKeeper: @unchecked Sendable {
         }
     }
 
+    /// Makes a version no one keeps a spare shadow (`recycle`), or removes it.
+    private func reuseOrRemove(_ name: String, in directory: Int32) {
+        if !recycle(name, directory) { unlinkat(directory, name, 0) }
+    }
+
     /// On `queue`. A version someone removed already (the shell, the client library) is gone either
     /// way. Its directory is reached as the store made it, never through a link planted there.
     private func remove(_ removal: VersionRetention.Removal) {
@@ -271,7 +275,7 @@ public final class VersionKeeper: @unchecked Sendable {
             // The directory of a file being rewritten is open already: the keep just linked into it.
             let known = state.withLock { $0.directories.values.first { $0.path == version.directory }?.handle }
             guard let directory = known ?? (try? store.open(version.directory, known: { containers[$0] })) else { continue }
-            if !recycle(version.name, directory.fd) { unlinkat(directory.fd, version.name, 0) }
+            reuseOrRemove(version.name, in: directory.fd)
         }
         for directory in removal.emptiedDirectories {
             forgetDirectories { $0.path == directory }
