@@ -2,6 +2,7 @@ import CLinux
 import Containers
 import Coordination
 import Dispatch
+import struct Foundation.Date
 import Glibc
 import Synchronization
 
@@ -56,6 +57,9 @@ final class UnsyncedPublish: Sendable {
     let key: BackingKey
     /// Its size: the bytes the next mount reads to check it, if a cut comes first.
     let size: off_t
+    /// When it was published, and so its previous version replaced (`VersionKeeper.keep`).
+    let published = Date()
+    let publishedMoment = DispatchTime.now().uptimeNanoseconds
 
     /// What the shadow directory holds of it: its record's name, NUL-terminated; the previous
     /// version's name there, when it has one (nil for a new file); and where that version is kept,
@@ -82,6 +86,18 @@ final class UnsyncedPublish: Sendable {
         self.key = key
         size = 0
         state = Locked((-1, 0, false, Names(record: mark, previous: nil)))
+    }
+
+    /// Its data is written: a sync of the whole filesystem, begun after the publish, returned.
+    func dataWritten() {
+        writing.withLock {
+            state.withLock { state in
+                guard state.written == nil else { return }
+                state.written = 0
+                close(state.file)
+                state.file = -1
+            }
+        }
     }
 
     /// Starts the writes of the data without waiting, so that a batch's writes go out together.
@@ -174,8 +190,16 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Set when a background write or removal failed (a disk failing): closes then wait for their
     /// data again, so that their writers hear of the next failure.
     private let failed = Atomic<Bool>(false)
-    /// Beyond this many versions waiting for their data, a close waits for its own: each holds a descriptor.
-    static let limit = 256
+    /// Beyond this many versions waiting for their data, a close waits for its own: each holds a
+    /// descriptor, out of the daemon's own eighth of them (`DescriptorShares`), so a thirty-second
+    /// of its limit, from 16 to 4,096.
+    let limit = min(4096, max(16, (DescriptorShares.currentLimit ?? 0) / 32))
+    /// A batch gathers for up to this long after its first version (a second), or until it holds
+    /// half the limit or half of `recordedBytes`: then one sync of the filesystem writes it all.
+    private let gathering: DispatchTimeInterval
+    /// A smaller batch is written file by file: a sync of the filesystem commits its journal and
+    /// flushes the disk's cache, and writes whatever else waits there.
+    static let syncedTogether = 8
     /// Larger files wait for their data at their close: their record would cost a read of all of
     /// it. Unless their writes checksummed them as they came (`WriteSession.written`): then only the
     /// next mount after a cut would read them, and what waits so is kept within `recordedBytes`.
@@ -185,8 +209,9 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Removes (or recycles: `Shadows.recycle`) a previous version no one keeps; set before use.
     var removePrevious: @Sendable ([CChar]) -> Void = { _ in }
 
-    init(directory: Int32, renameCommits: RenameCommits, versions: VersionKeeper?) {
+    init(directory: Int32, renameCommits: RenameCommits, versions: VersionKeeper?, gathering: DispatchTimeInterval = .seconds(1)) {
         self.directory = directory
+        self.gathering = gathering
         self.renameCommits = renameCommits
         self.versions = versions
     }
@@ -200,7 +225,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
     func mayRecord(size: off_t, checksummed: Bool) -> Bool {
         guard !hasFailed, size <= UnsyncedPublishes.largestRecorded || checksummed else { return false }
         return waiting.withLock { waiting in
-            waiting.jobs.count < UnsyncedPublishes.limit
+            waiting.jobs.count < limit
                 && (size <= UnsyncedPublishes.largestRecorded || waiting.bytes + size <= UnsyncedPublishes.recordedBytes)
         }
     }
@@ -240,13 +265,18 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Takes over `publish` (its descriptor included): its data is written in the background. Its
     /// record is counted already (`linked`, before the link was made).
     func add(_ publish: UnsyncedPublish) {
-        let first = waiting.withLock { waiting -> Bool in
+        let (first, full) = waiting.withLock { waiting -> (Bool, Bool) in
             waiting.jobs[publish.key] = publish
             waiting.queued.append(publish)
+            let before = waiting.bytes
             waiting.bytes += publish.size
-            return waiting.queued.count == 1
+            let half = UnsyncedPublishes.recordedBytes / 2
+            return (waiting.queued.count == 1, waiting.queued.count == limit / 2 || before < half && waiting.bytes >= half)
         }
-        if first { queue.async { self.drain() } }
+        // Gathered: a loop of closes costs one sync of the filesystem a batch, where a write and a
+        // wait for each file cost the background more than the closes themselves.
+        if first { queue.asyncAfter(deadline: .now() + gathering) { self.drain() } }
+        if full { queue.async { self.drain() } }
     }
 
     /// Waits for the data of the version `key` names, if it waits for it: before a rename or a
@@ -335,21 +365,28 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Waits for everything queued (at unmount).
     func finishAll() {
         startRetirements()
-        queue.sync {}
+        queue.sync { while drain() {} }
     }
 
-    /// On `queue`: writes the data of what waits, in batches.
-    private func drain() {
-        while true {
-            let batch = waiting.withLock { waiting -> [UnsyncedPublish] in
-                defer { waiting.queued = [] }
-                return waiting.queued
-            }
-            if batch.isEmpty { break }
-            for publish in batch { publish.startWriting() }
-            for publish in batch { finish(publish) }
+    /// On `queue`: writes the data of the batch that waits, and then removes what it kept. False
+    /// if none waited. What comes meanwhile is the next batch, which gathers on its own (`add`).
+    @discardableResult
+    private func drain() -> Bool {
+        let batch = waiting.withLock { waiting -> [UnsyncedPublish] in
+            defer { waiting.queued = [] }
+            return waiting.queued
         }
-        scheduleSettle()
+        defer { scheduleSettle() }
+        guard !batch.isEmpty else { return false }
+        // A sync begun after their closes wrote their data; if it failed somewhere, each file's own
+        // write says where.
+        if batch.count >= UnsyncedPublishes.syncedTogether, clinux_syncfs(directory) == 0 {
+            for publish in batch { publish.dataWritten() }
+        } else {
+            for publish in batch { publish.startWriting() }
+        }
+        for publish in batch { finish(publish) }
+        return true
     }
 
     /// A sync of the removals on the background queue once the table holds `settleAt` files, unless
@@ -385,7 +422,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
             waiting.withLock { $0.bytes -= publish.size }
             if let previous = names.previous {
                 if let versions, let place = names.versionPlace {
-                    versions.keep(previous, in: directory, at: place)
+                    versions.keep(previous, in: directory, at: place, replacedAt: publish.published, moment: publish.publishedMoment)
                 } else {
                     removePrevious(previous)
                 }

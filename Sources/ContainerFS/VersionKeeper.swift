@@ -107,9 +107,10 @@ public final class VersionKeeper: @unchecked Sendable {
     /// mount), and reuses it as a spare within its writer's spacing. An empty file is not kept:
     /// there is nothing to put back (an editor that truncates before it writes publishes one for a
     /// moment).
-    func keep(_ name: [CChar], in directory: Int32, at place: Place) {
-        let replaced = Date()
-        let moment = DispatchTime.now().uptimeNanoseconds
+    /// `replaced` and `moment`: when it was replaced (a publish kept waiting for its data keeps its
+    /// version later: `UnsyncedPublish`).
+    func keep(_ name: [CChar], in directory: Int32, at place: Place, replacedAt replaced: Date = Date(),
+              moment: UInt64 = DispatchTime.now().uptimeNanoseconds) {
         queue.async { [self] in
             var attributes = stat()
             if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0 {

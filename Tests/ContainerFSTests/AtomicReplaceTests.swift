@@ -628,6 +628,7 @@ extension AtomicReplaceTests {
     /// crash after its fsync brought the previous version back.
     func testAChangeInPlaceAfterARecordCouldNotGoRemovesItFirst() throws {
         sh("echo v1 > Documents/f.txt")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         let failed = try mounted.failed("unlinkat", with: "EIO", on: try XCTUnwrap(mounted.shadowDirectory)) {
             sh("echo v2 > Documents/f.txt")
@@ -643,6 +644,7 @@ extension AtomicReplaceTests {
     /// rather than made and lost.
     func testAChangeInPlaceAfterAVersionsDataCouldNotBeWrittenIsRefused() throws {
         sh("echo v1 > Documents/f.txt")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         try mounted.failing("sync_file_range", with: "EIO") {
             sh("echo v2 > Documents/f.txt")

@@ -95,10 +95,12 @@ final class CrashTests: MountedTestCase {
     private func crashWithUnwrittenPublishes(after written: String, of published: String, waiting seconds: Double,
                                              meanwhile: (String) -> Void = { _ in }) throws -> String {
         sh(written)
-        usleep(300_000)
         let deadDaemon = try XCTUnwrap(mounted.daemonPID)
         let shadows = mounted.store.workPath + "/shadows/\(deadDaemon)"
-        try mounted.delaying("sync_file_range", by: seconds) {
+        mounted.waitForUnsyncedPublishes()
+        // Its batch written file by file, or by a sync of the filesystem.
+        let delay = "delay_enter=\(Int(seconds * 1_000_000))"
+        try mounted.injecting([("sync_file_range", delay), ("syncfs", delay)]) {
             sh(published)
             meanwhile(shadows)
             mounted.crashDaemon()

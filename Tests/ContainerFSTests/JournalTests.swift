@@ -65,6 +65,7 @@ final class JournalTests: LoopImageTestCase {
     func testARewritesFsyncIsOneSync() throws {
         // A version kept first: the first one makes the file's versions directory, which is synced.
         sh("echo v0 > Documents/synced.txt; echo v1 > Documents/synced.txt")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         let syncs = try mounted.counting("fsync,fdatasync") {
             rewriteSynced("Documents/synced.txt", "b'v2\\n'")

@@ -64,6 +64,18 @@ final class MountedStore {
     var shadowDirectory: String? { daemonPID.map { store.workPath + "/shadows/\($0)" } }
     var daemonIsRunning: Bool { daemon?.isRunning == true }
 
+    /// Waits (up to `timeout`) until the daemon's background has written the data of the closes
+    /// that published without waiting for it: no record is left in its shadow directory. A batch
+    /// gathers for a second before it is written (docs/atomic-replace.md, "Closes without a sync").
+    func waitForUnsyncedPublishes(timeout: Double = 10) {
+        guard let directory = shadowDirectory else { return }
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline,
+              ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains(where: { PublishRecord.parse($0) != nil }) {
+            usleep(20_000)
+        }
+    }
+
     /// Runs `body` while every call of `syscall` by the daemon fails with `error` (an errno name):
     /// strace's fault injection, attached to all of the daemon's threads, detached after.
     func failing(_ syscall: String, with error: String, _ body: () throws -> Void) throws {

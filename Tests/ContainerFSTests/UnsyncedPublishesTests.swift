@@ -75,4 +75,30 @@ final class UnsyncedPublishesTests: XCTestCase {
             XCTAssertNil(publish.withNamesIfUnwritten { _ in true }, "the data is written")
         }
     }
+
+    /// A loop's closes are written as one batch, once it has gathered (`gathering`): their records
+    /// wait until then, and one sync of the filesystem lets them all go.
+    func testABatchGathersAndOneSyncWritesIt() throws {
+        try withDirectory { path, directory in
+            let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 },
+                                             versions: nil, gathering: .seconds(3600))
+            let count = UnsyncedPublishes.syncedTogether + 2
+            for index in 0..<count {
+                let file = open(path + "/fresh-\(index)", O_RDWR | O_CREAT, 0o600)
+                XCTAssertGreaterThanOrEqual(file, 0)
+                XCTAssertEqual(write(file, "data", 4), 4)
+                XCTAssertEqual(rename(path + "/fresh-\(index)", path + "/fresh-\(index).4.0"), 0)
+                var attributes = stat()
+                XCTAssertEqual(fstat(file, &attributes), 0)
+                unsynced.linked(BackingKey(attributes))
+                unsynced.add(UnsyncedPublish(key: BackingKey(attributes), size: 4, file: file,
+                                             record: Array("fresh-\(index).4.0".utf8CString), previous: nil, versionPlace: nil))
+            }
+            let records = { (try? FileManager.default.contentsOfDirectory(atPath: path))?.filter { $0.contains(".4.0") }.count ?? -1 }
+            XCTAssertEqual(records(), count, "the batch is still gathering")
+            unsynced.finishAll()
+            XCTAssertEqual(records(), 0, "written together, every record went")
+            XCTAssertFalse(unsynced.hasFailed)
+        }
+    }
 }

@@ -64,6 +64,7 @@ final class VersionTests: MountedTestCase {
         everywhere("echo one > a; ln a b; echo two > n; mv n a; stat -c %h b; echo three > b; cat a b",
                    expected: "1\ntwo\nthree\n")
         sh("echo one > Documents/a; ln Documents/a Documents/b; sed -i s/one/two/ Documents/a")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertEqual(versions(home + "/Documents/a"), [])
         var attributes = stat()
@@ -94,12 +95,14 @@ final class VersionTests: MountedTestCase {
         let file = home + "/Documents/counted.txt"
         sh("for n in 1 2 3 4 5; do echo $n > Documents/counted.txt; done")
         waitForVersions(file, count: 2)
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertEqual(versions(file), ["3\n", "4\n"])
 
         // Below the free-space floor, none is kept.
         try remount(with: "version_floor=1000000T")
         sh("echo a > Documents/floor.txt; echo b > Documents/floor.txt; sed -i s/b/c/ Documents/floor.txt")
+        mounted.waitForUnsyncedPublishes()
         usleep(500_000)
         XCTAssertEqual(versions(home + "/Documents/floor.txt"), [])
 
@@ -133,6 +136,7 @@ final class VersionTests: MountedTestCase {
         "
         """)
         waitForVersions(file, count: 3)
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertEqual(versions(file), ["one\n", "three\n", "e"])
         XCTAssertEqual(sh("cat Documents/burst.txt"), "s3")
@@ -171,6 +175,7 @@ final class VersionTests: MountedTestCase {
         // A version kept first: the mount counts the versions it keeps from then on.
         sh("echo a > Documents/other.txt; echo b > Documents/other.txt; echo one > Documents/saved.txt; printf draft > Documents/.saved.swp")
         waitForVersions(home + "/Documents/other.txt", count: 1)
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         let save = "python3 -c 'import os; os.rename(\"Documents/.saved.swp\", \"Documents/saved.txt\")'"
         try mounted.failing("renameat,renameat2", with: "EIO") {
@@ -182,6 +187,7 @@ final class VersionTests: MountedTestCase {
         }
         XCTAssertEqual(versions(file), ["one\n"], "the link that could not go")
         sh(save)
+        mounted.waitForUnsyncedPublishes()
         usleep(500_000)
         XCTAssertEqual(versions(file), ["one\n"], "versions=1: the save's version, the older link gone")
         XCTAssertEqual(sh("cat Documents/saved.txt"), "draft")
@@ -214,6 +220,7 @@ final class VersionTests: MountedTestCase {
         let deadline = Date().addingTimeInterval(10)
         while stat(documents + "/doc", &attributes) == 0, attributes.st_nlink != 1, Date() < deadline { usleep(50_000) }
         XCTAssertEqual(attributes.st_nlink, 1, "no link to the document stays")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertEqual(sh("cat Documents/doc; cat Documents/.doc19.tmp"), "doc-v1\ndoc-v2 19")
         XCTAssertEqual(versions(home + "/Documents/doc"), [], "nothing replaced it")
@@ -237,6 +244,7 @@ final class VersionTests: MountedTestCase {
         defer { try? held.close() }
         let heldInode = inode(heldPath)
         sh("for n in 3 4 5 6 7 8; do echo $n > Documents/held.txt; touch Documents/new-held-$n; done")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertFalse(FileManager.default.fileExists(atPath: heldPath), "the limits removed it")
         XCTAssertEqual(String(decoding: try held.readToEnd() ?? Data(), as: UTF8.self), "kept-open\n")
@@ -255,6 +263,7 @@ final class VersionTests: MountedTestCase {
         for round in 0..<8 {
             removed.formUnion(versionPaths(documents + "/theirs.txt").compactMap(inode))
             sh("echo \(round) > Documents/theirs.txt")
+            mounted.waitForUnsyncedPublishes()
             usleep(50_000)
         }
         removed.formUnion(versionPaths(documents + "/theirs.txt").compactMap(inode))
@@ -272,6 +281,7 @@ final class VersionTests: MountedTestCase {
         // A version with extended attributes is not reused: they would show on another file.
         sh("echo a > Documents/tagged.txt; setfattr -n user.tag -v secret Documents/tagged.txt")
         sh("for n in 1 2 3 4 5 6; do echo $n > Documents/tagged.txt; echo $n > Documents/plain.txt; echo $n > Documents/new-$n.txt; done")
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         sh("for n in 1 2 3 4 5 6; do echo $n > Documents/plain.txt; echo $n > Documents/later-$n.txt; done")
         XCTAssertEqual(sh("getfattr --absolute-names -d -m - Documents/plain.txt Documents/new-*.txt Documents/later-*.txt"), "")
@@ -283,6 +293,7 @@ final class VersionTests: MountedTestCase {
         try remount(with: "versions=1")
         try mounted.failing("ftruncate", with: "EIO") {
             sh("for n in 1 2 3 4 5 6; do echo secret-$n > Documents/kept.txt; done")
+            mounted.waitForUnsyncedPublishes()
             usleep(300_000)
         }
         XCTAssertEqual(sh("cat Documents/kept.txt"), "secret-6\n")
@@ -398,6 +409,7 @@ final class VersionTests: MountedTestCase {
         XCTAssertEqual(planted.status, 0, planted.error)
         // The first keep loads the store's versions; the second applies the limits to them.
         waitForVersions(home + "/Documents/first.txt", count: 2)
+        mounted.waitForUnsyncedPublishes()
         usleep(300_000)
         XCTAssertEqual(try String(contentsOfFile: elsewhere + "/v-1", encoding: .utf8), "root's\n", "the daemon emptied or removed a file out of the store")
         let moved = Shell.run("""
@@ -405,6 +417,7 @@ final class VersionTests: MountedTestCase {
         echo a > \(documents)/second.txt; echo b > \(documents)/second.txt'
         """)
         XCTAssertEqual(moved.status, 0, moved.error)
+        mounted.waitForUnsyncedPublishes()
         usleep(500_000)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: outside), [], "the daemon made something out of the store")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: elsewhere), ["v-1"])
