@@ -68,12 +68,14 @@ final class MountedStore {
     /// that published without waiting for it: no record is left in its shadow directory. A batch
     /// gathers for a second before it is written (docs/atomic-replace.md, "Closes without a sync").
     func waitForUnsyncedPublishes(timeout: Double = 10) {
-        guard let directory = shadowDirectory else { return }
         let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline,
-              ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).contains(where: { PublishRecord.parse($0) != nil }) {
-            usleep(20_000)
-        }
+        while Date() < deadline, !records.isEmpty { usleep(20_000) }
+    }
+
+    /// The records in the running daemon's shadow directory: publishes waiting for their data.
+    var records: [String] {
+        guard let directory = shadowDirectory else { return [] }
+        return ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { PublishRecord.parse($0) != nil }
     }
 
     /// Runs `body` while every call of `syscall` by the daemon fails with `error` (an errno name):
