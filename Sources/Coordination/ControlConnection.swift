@@ -91,10 +91,12 @@ final class ControlConnection: @unchecked Sendable {
     /// notice. A lone notice, and anything that awaits an answer, goes at once, with what was
     /// held before it. What a burst's end leaves held goes within `heldAtMost`, by a timer: set
     /// for later than the window, so that in a burst the next notice sends the held ones on its
-    /// thread, and the timer seldom wakes one for nothing.
+    /// thread, and the timer seldom wakes one for nothing. Four milliseconds, not one: a loop of
+    /// new files (three a millisecond) still woke the client for nearly every file, and its
+    /// wake-ups took the CPU the loop needed.
     static let noticesAtOnce = 2
-    static let noticeWindow: UInt64 = 1_000_000
-    static let heldAtMost: UInt64 = 4_000_000
+    static let noticeWindow: UInt64 = 4_000_000
+    static let heldAtMost: UInt64 = 8_000_000
 
     init(owner: OwnerID, fd: Int32, credentials: PeerCredentials, maxQueuedBytes: Int, helloTimeout: Duration,
          delegate: any ControlConnectionDelegate) {
