@@ -183,8 +183,10 @@ extension ContainerFileSystem {
                     // The file a save replaces is its previous version.
                     let place = keepsReplaced ? self.shadows.versions?.place(ofName: Array(newOwned.bytes), in: to, nodes: self.nodes)
                         .map { VersionKeeper.Place(path: $0, writer: request.caller.pid) } : nil
-                    // A new file not yet written takes it as its record's previous version instead of waiting.
-                    if replacesOneLink, let destinationKey, unsynced.pending(destinationKey) == nil,
+                    // A new file not yet written takes it as its record's previous version instead of
+                    // waiting; so too a document whose own record waits (the previous save by rename):
+                    // the next mount puts the older back first (`ShadowDirectory.restoreOrder`).
+                    if replacesOneLink, let destinationKey, destinationKey != sourceKey,
                        let renamed = self.shadows.renameUnwritten(sourceKey, over: newPointer, in: to.descriptor, versionPlace: place,
                                                                   rename: rename) {
                         return renamed

@@ -154,6 +154,38 @@ final class CrashTests: MountedTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: shadows), "the dead daemon's shadows are removed")
     }
 
+    /// Two saves by rename in a row without a sync: the second replaces the first while the first's
+    /// record still waits, and takes it as its previous version instead of waiting for its own data.
+    /// A cut that tears both puts back the document from before them; one that tears only the
+    /// second puts back the first.
+    func testSavesByRenameInARowGoBackOneAtATime() throws {
+        let save = { (name: String, content: String) in
+            "echo \(content) > Documents/.\(name).tmp; mv Documents/.\(name).tmp Documents/\(name); "
+        }
+        let shadows = try crashWithUnwrittenPublishes(
+            after: "echo doc-v1 > Documents/doc; echo two-v1 > Documents/two",
+            // The first file's data holds the background up: the saves' records wait behind it.
+            of: "echo first > Documents/first; " + save("doc", "doc-v2") + save("doc", "doc-v3")
+                + save("two", "two-v2") + save("two", "two-v3"),
+            waiting: 30) { shadows in
+            let records = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
+                .filter { $0.hasPrefix(PublishRecord.replacedPrefix) && PublishRecord.parse($0) != nil }
+            XCTAssertEqual(records.count, 4, "each save's record has the document it replaced: \(records)")
+        }
+        // What a power cut leaves of data never written: both of doc's saves, and two's last.
+        let firstSave = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: shadows).first {
+            PublishRecord.parse($0) != nil && FileManager.default.contents(atPath: shadows + "/" + $0) == Data("doc-v2\n".utf8)
+        }, "the first save's record links its file")
+        XCTAssertEqual(truncate(shadows + "/" + firstSave, 3), 0)
+        XCTAssertEqual(truncate(mounted.backing() + "/Documents/doc", 3), 0)
+        XCTAssertEqual(truncate(mounted.backing() + "/Documents/two", 3), 0)
+        try mounted.remount()
+        XCTAssertEqual(sh("cat Documents/doc"), "doc-v1\n", "two torn saves go back to the document before them")
+        XCTAssertEqual(sh("cat Documents/two; ls -A Documents | grep -c '[.]tmp$' || true"), "two-v2\n0\n",
+                       "a torn save over a whole one goes back to that one")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: shadows), "the dead daemon's shadows are removed")
+    }
+
     /// The recovery of a dead daemon's records (the next mount's, `containerfs check --repair`'s)
     /// stops at an error it cannot get past, here a record it cannot open (the first open in the
     /// dead daemon's directory fails, as a disk's read error would; the later ones would succeed):
