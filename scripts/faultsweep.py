@@ -5,8 +5,8 @@ said about it must still hold after it crashes.
 A store lives on a loop-mounted ext4 image (`powerloss.Image`). For each kind of operation (a
 rewrite with and without fsync, a new file with and without fsync, a file created and closed
 unwritten, a change in place synced, a change without truncation, an append with and without
-fsync, a truncation, an editor's save with and without fsync, a large file's logged change with
-and without fsync, a rename, a hard link, a copy the daemon makes (copy_file_range), an
+fsync, a truncation, an editor's save with and without fsync (and two without in a row), a large
+file's logged change with and without fsync, a rename, a hard link, a copy the daemon makes (copy_file_range), an
 allocation, a change through a shared mapping, a rewrite then an unlink, two processes rewriting
 it at once; and on names and directories: an unlink, a mkdir, an rmdir, a new directory with a file
 in it, with and without fsyncs, a directory's rename, alone and over an empty one, a symbolic link),
@@ -73,6 +73,10 @@ KINDS = {
     "append-fsync": "f = os.open(p, os.O_WRONLY | os.O_APPEND); os.write(f, new); os.fsync(f); os.close(f)",
     "save-unsynced": "t = p + '.tmp'; f = os.open(t, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); os.write(f, new); "
                      "os.close(f); os.rename(t, p)",
+    # The second save replaces the first while the first's record still waits for its data.
+    "save-unsynced-twice": "for _ in range(2):\n"
+                           "    t = p + '.tmp'; f = os.open(t, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644); "
+                           "os.write(f, new); os.close(f); os.rename(t, p)",
     "rewrite-unlink": "f = os.open(p, os.O_WRONLY | os.O_TRUNC); os.write(f, new); os.close(f); os.unlink(p)",
     # Two processes rewrite the file at once, with the same content: one session, two writers.
     "rewrite-two": "c = os.fork()\n"

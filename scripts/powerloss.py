@@ -437,6 +437,16 @@ def steps(directory, model):
     model.sync("other")
     yield "a save by rename without a sync, then another file's fsync"
 
+    # Two in a row: the second replaces the first while the first's record still waits.
+    for content in (b"editor v4, saved without a sync", b"editor v5, right after v4"):
+        write_file(d(".saved.new"), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=unsynced)
+        model.wrote("saved", content)
+        os.rename(d(".saved.new"), d("saved"))
+    model.wrote("other", b"another file, v4")
+    write_file(d("other"), b"another file, v4", os.O_WRONLY | os.O_TRUNC)
+    model.sync("other")
+    yield "two saves by rename without a sync in a row, then another file's fsync"
+
     os.mkdir(d("folder"))
     model.wrote("folder", "dir")
     fsync_path(directory)
@@ -542,7 +552,7 @@ def concurrent(directory, model, stop, seed):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true",
-                        help="ext4 and btrfs only, seven chosen cuts, a restore and two random ones")
+                        help="ext4 and btrfs only, nine chosen cuts, a restore and two random ones")
     parser.add_argument("--filesystems", default="ext4,ext4-nojournal,xfs,btrfs")
     parser.add_argument("--lower", action="store_true",
                         help="cut the power under ext4 and XFS too by shutting down a disk their image is a file on")
@@ -558,9 +568,9 @@ def main():
     filesystems = ["ext4", "btrfs"] if arguments.quick else arguments.filesystems.split(",")
     random_cuts = 2 if arguments.quick else arguments.random_cuts
     print("powerloss: seed %d" % arguments.seed)
-    # A new file, a rewrite, one closed without a sync, a large file's logged change, an editor's
-    # save, one without a sync.
-    chosen = [2, 3, 5, 7, 9, 12, 13] if arguments.quick else None
+    # A new file, a rewrite, one closed without a sync, write-only changes, an append, an editor's
+    # save, and saves by rename without a sync (one, then two in a row).
+    chosen = [2, 3, 5, 7, 9, 12, 13, 14, 15] if arguments.quick else None
     totals = {"cuts": 0, "checked": 0, "lost": 0, "torn": 0, "unclean": 0}
     failed = False
     root = tempfile.mkdtemp(prefix="containerfs-powerloss-")
