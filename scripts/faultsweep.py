@@ -6,9 +6,9 @@ A store lives on a loop-mounted ext4 image (`powerloss.Image`). For each kind of
 rewrite with and without fsync, a new file with and without fsync, a file created and closed
 unwritten, a change in place synced, a change without truncation, an append with and without
 fsync, a truncation, an editor's save with and without fsync (and two without in a row), a large
-file's logged change with and without fsync, a rename, a hard link, a copy the daemon makes (copy_file_range), an
-allocation, a change through a shared mapping, a rewrite then an unlink, two processes rewriting
-it at once; and on names and directories: an unlink, a mkdir, an rmdir, a new directory with a file
+file's logged change with and without fsync, a rename, a hard link, a copy the daemon makes
+(copy_file_range), an allocation, a change through a shared mapping, a rewrite then an unlink, two
+processes rewriting it at once; and on names and directories: an unlink, a mkdir, an rmdir, a new directory with a file
 in it, with and without fsyncs, a directory's rename, alone and over an empty one, a symbolic link),
 each system call the daemon makes for them, and a few positions N, strace makes the
 Nth call of that system call in the daemon fail with EIO while the operation runs. A database-like

@@ -428,20 +428,21 @@ def steps(directory, model):
     model.sync("saved")
     yield "an editor's save: temporary file, fsync, rename over, fsync of the directory"
 
-    # sed -i and many scripts save without any sync: temporary file, rename over.
-    write_file(d(".saved.new"), b"editor v3, saved without a sync", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=unsynced)
-    model.wrote("saved", b"editor v3, saved without a sync")
-    os.rename(d(".saved.new"), d("saved"))
+    def save_unsynced(content):
+        """As sed -i and many scripts save, without any sync: a temporary file, renamed over."""
+        write_file(d(".saved.new"), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=unsynced)
+        model.wrote("saved", content)
+        os.rename(d(".saved.new"), d("saved"))
+
+    save_unsynced(b"editor v3, saved without a sync")
     model.wrote("other", b"another file, v3")
     write_file(d("other"), b"another file, v3", os.O_WRONLY | os.O_TRUNC)
     model.sync("other")
     yield "a save by rename without a sync, then another file's fsync"
 
     # Two in a row: the second replaces the first while the first's record still waits.
-    for content in (b"editor v4, saved without a sync", b"editor v5, right after v4"):
-        write_file(d(".saved.new"), content, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, sync=unsynced)
-        model.wrote("saved", content)
-        os.rename(d(".saved.new"), d("saved"))
+    save_unsynced(b"editor v4, saved without a sync")
+    save_unsynced(b"editor v5, right after v4")
     model.wrote("other", b"another file, v4")
     write_file(d("other"), b"another file, v4", os.O_WRONLY | os.O_TRUNC)
     model.sync("other")

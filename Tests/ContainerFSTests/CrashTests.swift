@@ -108,6 +108,12 @@ final class CrashTests: MountedTestCase {
         return shadows
     }
 
+    /// The records in a (dead) daemon's shadow directory `shadows` of versions that replaced another.
+    private static func replacedRecords(in shadows: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
+            .filter { $0.hasPrefix(PublishRecord.replacedPrefix) && PublishRecord.parse($0) != nil }
+    }
+
     /// A daemon killed before the data of its unsynced publishes was written leaves their records
     /// (docs/atomic-replace.md, "Closes without a sync"). The next mount keeps each version that
     /// reads as its record says, and puts back the previous version of each that does not (what a
@@ -143,8 +149,7 @@ final class CrashTests: MountedTestCase {
             of: "echo first > Documents/first; echo doc-v2 > Documents/.doc.tmp; mv Documents/.doc.tmp Documents/doc; "
                 + "echo kept-v2 > Documents/.kept.tmp; mv Documents/.kept.tmp Documents/kept",
             waiting: 30) { shadows in
-            let records = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
-                .filter { $0.hasPrefix(PublishRecord.replacedPrefix) && PublishRecord.parse($0) != nil }
+            let records = Self.replacedRecords(in: shadows)
             XCTAssertEqual(records.count, 2, "each renamed file's record has the document it replaced: \(records)")
         }
         XCTAssertEqual(truncate(mounted.backing() + "/Documents/doc", 3), 0)
@@ -168,8 +173,7 @@ final class CrashTests: MountedTestCase {
             of: "echo first > Documents/first; " + save("doc", "doc-v2") + save("doc", "doc-v3")
                 + save("two", "two-v2") + save("two", "two-v3"),
             waiting: 30) { shadows in
-            let records = ((try? FileManager.default.contentsOfDirectory(atPath: shadows)) ?? [])
-                .filter { $0.hasPrefix(PublishRecord.replacedPrefix) && PublishRecord.parse($0) != nil }
+            let records = Self.replacedRecords(in: shadows)
             XCTAssertEqual(records.count, 4, "each save's record has the document it replaced: \(records)")
         }
         // What a power cut leaves of data never written: both of doc's saves, and two's last.
