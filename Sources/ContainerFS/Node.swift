@@ -51,7 +51,8 @@ final class Node: @unchecked Sendable {
     private(set) var name: NodeName
     // The zone, the two flags and the count of open handles fill what the name leaves of its last
     // word: stored properties are laid out in the order declared, and a node per file adds up (a
-    // node of 136 bytes takes 144 of the allocator, against 208 with the file state inside).
+    // node of 112 bytes takes 128 of the allocator; 144 with the key a publish replaces kept here,
+    // which its place lock's stripe keeps now, and 208 with the file state inside).
     /// Where the node sits, which decides its policy. Read on every request without the table's
     /// lock, so it is atomic; it changes only when the item moves out of the Inbox.
     private let zoneValue: Atomic<UInt8>
@@ -67,9 +68,6 @@ final class Node: @unchecked Sendable {
     private let detachedFlag = Atomic<Bool>(false)
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int32>(0)
-    /// The file a publish is renaming `key`'s over, until the rename is done: the name leads to
-    /// either meanwhile.
-    private var replacedKey: BackingKey?
     /// What only a file opened through the mount needs; made at its first open, kept for the node's
     /// life, guarded by the session stripe's lock. Most nodes never have one: `ls -lR`, `find` and
     /// `stat` make a node for every item they name.
@@ -103,7 +101,10 @@ final class Node: @unchecked Sendable {
     /// Locks are shared by stripes of nodes: one for each of the files the kernel knows would cost
     /// more memory than the rest of the node. No code holds two of a kind at once.
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
-    private static let placeLocks = (0..<64).map { _ in PlainMutex() }
+    /// Each also keeps, for the nodes of its stripe, the file a publish is renaming the node's file
+    /// over, until the rename is done (`beginReplacing`): the name leads to either meanwhile. A
+    /// publish's rename is brief and rare against the nodes that exist, so it is kept here.
+    private static let placeLocks = (0..<64).map { _ in Locked<[ObjectIdentifier: BackingKey]>([:]) }
     /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
     /// past the generation it was asked in (0: never asked).
     let inPlaceAnswer = Atomic<UInt64>(0)
@@ -125,6 +126,11 @@ final class Node: @unchecked Sendable {
         if descriptor >= 0 { close(descriptor) }
         let pin = pinned.load(ordering: .acquiring)
         if pin >= 0 { close(pin) }
+        // A node gone mid-publish must not leave its replaced key to the next node at its address.
+        let identifier = ObjectIdentifier(self)
+        Node.placeLocks[stripe].withLock { replacing in
+            if !replacing.isEmpty { replacing[identifier] = nil }
+        }
     }
 
     @inline(__always)
@@ -256,12 +262,15 @@ final class Node: @unchecked Sendable {
 
     /// The parent and name the node was last seen under (nil parent: the root), and its files.
     private var place: Place {
-        Node.placeLocks[stripe].withLock { Place(parent: parent, name: name, key: key, replaced: replacedKey) }
+        Node.placeLocks[stripe].withLock { replacing in
+            Place(parent: parent, name: name, key: key,
+                  replaced: replacing.isEmpty ? nil : replacing[ObjectIdentifier(self)])
+        }
     }
 
     /// The backing file now, read under the place lock.
     var currentKey: BackingKey {
-        Node.placeLocks[stripe].withLock { key }
+        Node.placeLocks[stripe].withLock { _ in key }
     }
 
     /// The parent and name the node was last seen under (nil for the root).
@@ -272,7 +281,7 @@ final class Node: @unchecked Sendable {
 
     /// Changes the node's place; the caller holds the node table's lock.
     func setPlace(parent: Node, name: NodeName) {
-        Node.placeLocks[stripe].withLock {
+        Node.placeLocks[stripe].withLock { _ in
             self.parent = parent
             self.name = name
         }
@@ -280,17 +289,16 @@ final class Node: @unchecked Sendable {
 
     /// A publish is renaming the file with `key` over the node's; the caller holds the table's lock.
     func beginReplacing(with key: BackingKey) {
-        Node.placeLocks[stripe].withLock {
-            replacedKey = self.key
+        Node.placeLocks[stripe].withLock { replacing in
+            replacing[ObjectIdentifier(self)] = self.key
             self.key = key
         }
     }
 
     /// The publish's rename is done, or (`renamed` false) did not happen.
     func endReplacing(renamed: Bool) {
-        Node.placeLocks[stripe].withLock {
-            if !renamed, let replacedKey { key = replacedKey }
-            replacedKey = nil
+        Node.placeLocks[stripe].withLock { replacing in
+            if let replaced = replacing.removeValue(forKey: ObjectIdentifier(self)), !renamed { key = replaced }
         }
     }
 

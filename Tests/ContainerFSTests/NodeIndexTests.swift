@@ -36,4 +36,36 @@ final class NodeIndexTests: XCTestCase {
         XCTAssertTrue(index[otherKey] === replacement)
         XCTAssertEqual(index.count, 1)
     }
+
+    /// The store's numbers go to shards by their low bits, keyed by the rest where it fits 32 bits,
+    /// or to the wide dictionary: numbers that share the low bits, or a key, stay apart, and the
+    /// count follows every insert, replacement and removal.
+    func testNumbersThatShareAShardOrAKeyStayApart() {
+        var index = NodeIndex(device: 7)
+        let numbers: [UInt64] = [5, 5 + 256, 5 + (1 << 40), UInt64(UInt32.max) << 8 | 5,
+                                 (UInt64(UInt32.max) + 2) << 8 | 5, .max, 0]
+        var nodes: [UInt64: Node] = [:]
+        for number in numbers {
+            let made = node(device: 7, inode: number)
+            nodes[number] = made
+            XCTAssertNil(index.updateValue(made, forKey: BackingKey(device: 7, inode: number)))
+        }
+        XCTAssertEqual(index.count, numbers.count)
+        for number in numbers {
+            XCTAssertTrue(index[BackingKey(device: 7, inode: number)] === nodes[number], "inode \(number)")
+        }
+        XCTAssertNil(index[BackingKey(device: 7, inode: 6)])
+        XCTAssertNil(index[BackingKey(device: 7, inode: 5 + 512)])
+
+        // Replacing keeps the count; removing an absent key changes nothing.
+        let replacement = node(device: 7, inode: 5 + 256)
+        XCTAssertTrue(index.updateValue(replacement, forKey: BackingKey(device: 7, inode: 5 + 256)) === nodes[5 + 256])
+        index[BackingKey(device: 7, inode: 6)] = nil
+        XCTAssertEqual(index.count, numbers.count)
+
+        for number in numbers { index[BackingKey(device: 7, inode: number)] = nil }
+        XCTAssertEqual(index.count, 0)
+        XCTAssertTrue(index.all.isEmpty)
+        XCTAssertTrue(index.rebuilt().all.isEmpty)
+    }
 }
