@@ -103,7 +103,9 @@ final class Node: @unchecked Sendable {
     private static let sessionLocks = (0..<64).map { _ in PlainMutex() }
     /// Each also keeps, for the nodes of its stripe, the file a publish is renaming the node's file
     /// over, until the rename is done (`beginReplacing`): the name leads to either meanwhile. A
-    /// publish's rename is brief and rare against the nodes that exist, so it is kept here.
+    /// publish's rename is brief and rare against the nodes that exist, so it is kept here; the
+    /// publish holds the node from `beginReplacing` to `endReplacing`. (A node's `deinit` must not
+    /// take these locks: the last reference to a parent may go under one, in `setPlace`.)
     private static let placeLocks = (0..<64).map { _ in Locked<[ObjectIdentifier: BackingKey]>([:]) }
     /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
     /// past the generation it was asked in (0: never asked).
@@ -126,11 +128,6 @@ final class Node: @unchecked Sendable {
         if descriptor >= 0 { close(descriptor) }
         let pin = pinned.load(ordering: .acquiring)
         if pin >= 0 { close(pin) }
-        // A node gone mid-publish must not leave its replaced key to the next node at its address.
-        let identifier = ObjectIdentifier(self)
-        Node.placeLocks[stripe].withLock { replacing in
-            if !replacing.isEmpty { replacing[identifier] = nil }
-        }
     }
 
     @inline(__always)
