@@ -34,6 +34,39 @@ final class NodeTableTests: XCTestCase {
                                                  name: FileName($0), for: 0) }
     }
 
+    /// A parent's last reference may go while its child's place lock is held (`setPlace`): a node
+    /// that took a place lock as it went would wait forever on its child's when both are of one
+    /// stripe (as the first build that kept a publish's replaced key by the stripe did).
+    func testAParentGoingUnderItsChildsPlaceLockDoesNotWait() {
+        func made() -> Node {
+            var attributes = stat()
+            attributes.st_mode = S_IFDIR | 0o755
+            return Node(descriptor: -1, attributes: attributes, exposedInode: 1, zone: .documents, parent: nil, name: .empty)
+        }
+        // Node.stripe's rule, for picking a parent of the child's stripe.
+        func stripe(_ node: Node) -> Int {
+            Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(node).toOpaque()) >> 6) & 63
+        }
+        let child = made()
+        var others: [Node] = []
+        var parent: Node? = made()
+        while stripe(parent!) != stripe(child) {
+            others.append(parent!)
+            parent = made()
+        }
+        child.setPlace(parent: parent!, name: NodeName(Array("child".utf8)))
+        parent = nil
+        others.removeAll()
+        let next = made()
+        let moved = DispatchSemaphore(value: 0)
+        // The child then holds its parent's only reference; moving it lets the parent go.
+        Thread.detachNewThread {
+            child.setPlace(parent: next, name: NodeName(Array("child".utf8)))
+            moved.signal()
+        }
+        XCTAssertEqual(moved.wait(timeout: .now() + 10), .success, "the parent's deinit waited on the child's place lock")
+    }
+
     /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
     /// is reachable by name all along to those who look meanwhile: an open checks, and an
     /// ESTALE there twice in a row reaches the program.
