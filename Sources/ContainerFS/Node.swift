@@ -130,8 +130,9 @@ final class Node: @unchecked Sendable {
         if pin >= 0 { close(pin) }
     }
 
+    /// Which of the lock stripes the node's locks are (by its address).
     @inline(__always)
-    private var stripe: Int {
+    var stripe: Int {
         Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(self).toOpaque()) >> 6) & 63
     }
 

@@ -5,11 +5,7 @@ import XCTest
 /// The node table's index, on the store's device and off it.
 final class NodeIndexTests: XCTestCase {
     private func node(device: UInt64, inode: UInt64) -> Node {
-        var attributes = stat()
-        attributes.st_dev = UInt(device)
-        attributes.st_ino = UInt(inode)
-        attributes.st_mode = S_IFREG | 0o644
-        return Node(descriptor: -1, attributes: attributes, exposedInode: inode, zone: .documents, parent: nil, name: .empty)
+        Node.unplaced(mode: S_IFREG | 0o644, device: device, inode: inode)
     }
 
     /// A file of a filesystem mounted inside the store may have the inode number of one of the
@@ -67,5 +63,16 @@ final class NodeIndexTests: XCTestCase {
         XCTAssertEqual(index.count, 0)
         XCTAssertTrue(index.all.isEmpty)
         XCTAssertTrue(index.rebuilt().all.isEmpty)
+    }
+}
+
+extension Node {
+    /// A node of no table, with no parent or name, for tests that drive nodes directly.
+    static func unplaced(mode: mode_t, device: UInt64 = 0, inode: UInt64 = 1) -> Node {
+        var attributes = stat()
+        attributes.st_dev = UInt(device)
+        attributes.st_ino = UInt(inode)
+        attributes.st_mode = mode
+        return Node(descriptor: -1, attributes: attributes, exposedInode: inode, zone: .documents, parent: nil, name: .empty)
     }
 }

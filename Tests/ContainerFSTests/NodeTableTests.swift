@@ -38,19 +38,11 @@ final class NodeTableTests: XCTestCase {
     /// that took a place lock as it went would wait forever on its child's when both are of one
     /// stripe (as the first build that kept a publish's replaced key by the stripe did).
     func testAParentGoingUnderItsChildsPlaceLockDoesNotWait() {
-        func made() -> Node {
-            var attributes = stat()
-            attributes.st_mode = S_IFDIR | 0o755
-            return Node(descriptor: -1, attributes: attributes, exposedInode: 1, zone: .documents, parent: nil, name: .empty)
-        }
-        // Node.stripe's rule, for picking a parent of the child's stripe.
-        func stripe(_ node: Node) -> Int {
-            Int(truncatingIfNeeded: UInt(bitPattern: Unmanaged.passUnretained(node).toOpaque()) >> 6) & 63
-        }
+        func made() -> Node { Node.unplaced(mode: S_IFDIR | 0o755) }
         let child = made()
         var others: [Node] = []
         var parent: Node? = made()
-        while stripe(parent!) != stripe(child) {
+        while parent!.stripe != child.stripe {
             others.append(parent!)
             parent = made()
         }
