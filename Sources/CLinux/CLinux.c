@@ -99,6 +99,7 @@ long clinux_fs_type(int fd) {
 unsigned int clinux_major(dev_t device) { return major(device); }
 unsigned int clinux_minor(dev_t device) { return minor(device); }
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
+size_t clinux_malloc_usable_size(void *pointer) { return malloc_usable_size(pointer); }
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }
 ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size) { return lgetxattr(path, name, value, size); }

@@ -445,11 +445,12 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// Whether `node` or a directory above it carries `inPlaceAttribute`. Each node asks once a
     /// generation (see `inPlaceGeneration`), so a new file costs one getxattr: its parent knows.
     func optsIntoInPlace(_ node: Node, generation: UInt64) -> Bool {
+        let asked = UInt32(truncatingIfNeeded: generation) << 1
         let cached = node.inPlaceAnswer.load(ordering: .relaxed)
-        if cached >> 1 == generation { return cached & 1 == 1 }
+        if cached & ~1 == asked, asked != 0 { return cached & 1 == 1 }
         var opted = node.withProcPath { clinux_getxattr($0, ContainerFileSystem.inPlaceAttribute, nil, 0) } >= 0
         if !opted, let (parent, _) = nodes.place(of: node) { opted = optsIntoInPlace(parent, generation: generation) }
-        node.inPlaceAnswer.store(generation << 1 | (opted ? 1 : 0), ordering: .relaxed)
+        node.inPlaceAnswer.store(asked | (opted ? 1 : 0), ordering: .relaxed)
         return opted
     }
 

@@ -34,12 +34,15 @@ final class Node: @unchecked Sendable {
     /// An `O_PATH` descriptor taken when the item's name was removed through the mount, so that an
     /// open item still answers; closed only with the node, as another thread may be using it.
     private let pinned = Atomic<Int32>(-1)
-    let fileType: mode_t
     /// Tells the kernel's file handles of this node from those of an earlier node at the same
     /// address (its inode number for the kernel): a handle kept past its file's removal must not
     /// open the next file made (`open_by_handle_at`, an NFS export). 0 for the root, as the kernel
     /// made it; constant for the node's life (the kernel takes another as a new inode).
     let generation: UInt32
+    /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute (bit 0), after the
+    /// generation it was asked in (the other bits: its low 31; 0: never asked). A stale answer
+    /// would need 2^31 changes of the attribute or moves of directories between two asks.
+    let inPlaceAnswer = Atomic<UInt32>(0)
     /// The inode number `stat` shows: kept when a publish replaces the backing file.
     let exposedInode: UInt64
     /// The kernel's reference count; guarded by the node table's lock.
@@ -49,10 +52,11 @@ final class Node: @unchecked Sendable {
     private(set) var key: BackingKey
     private(set) var parent: Node?
     private(set) var name: NodeName
-    // The zone, the two flags and the count of open handles fill what the name leaves of its last
-    // word: stored properties are laid out in the order declared, and a node per file adds up (a
-    // node of 112 bytes takes 128 of the allocator; 144 with the key a publish replaces kept here,
-    // which its place lock's stripe keeps now, and 208 with the file state inside).
+    // The zone, the flags, the file type and the count of open handles fill what the name leaves of
+    // its last word: stored properties are laid out in the order declared, and a node per file adds
+    // up (a node of 104 bytes takes 112 of the allocator, one of 112 bytes 128; 144 with the key a
+    // publish replaces kept here, which its place lock's stripe keeps now, and 208 with the file
+    // state inside). `NodeTableTests.testANodeTakesOneHundredTwelveBytes` checks it.
     /// Where the node sits, which decides its policy. Read on every request without the table's
     /// lock, so it is atomic; it changes only when the item moves out of the Inbox.
     private let zoneValue: Atomic<UInt8>
@@ -60,12 +64,17 @@ final class Node: @unchecked Sendable {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
+    /// `evictedFlag` and `detachedFlag`, set once each, never cleared.
+    private let flags = Atomic<UInt8>(0)
     /// Set when the node lost its item and its inode number went to another file: it answers
     /// ESTALE (the kernel then looks the name up again).
-    private let evicted = Atomic<Bool>(false)
+    private static let evictedFlag: UInt8 = 1
     /// Set when a writer left the node to its cached readers (`NodeTable.detach`): later lookups of
     /// its name get another node, and the node holds the version its readers read.
-    private let detachedFlag = Atomic<Bool>(false)
+    private static let detachedFlag: UInt8 = 2
+    /// The file type bits of `st_mode` (`S_IFMT`), shifted right by 12.
+    private let typeBits: UInt8
+    var fileType: mode_t { mode_t(typeBits) << 12 }
     /// Files open on the node through the mount (a purge leaves these alone).
     let openHandles = Atomic<Int32>(0)
     /// What only a file opened through the mount needs; made at its first open, kept for the node's
@@ -107,16 +116,13 @@ final class Node: @unchecked Sendable {
     /// publish holds the node from `beginReplacing` to `endReplacing`. (A node's `deinit` must not
     /// take these locks: the last reference to a parent may go under one, in `setPlace`.)
     private static let placeLocks = (0..<64).map { _ in Locked<[ObjectIdentifier: BackingKey]>([:]) }
-    /// `ContainerFileSystem.writesInPlace`'s answer for the in-place attribute, shifted left by one
-    /// past the generation it was asked in (0: never asked).
-    let inPlaceAnswer = Atomic<UInt64>(0)
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: NodeName,
          generation: UInt32 = 0) {
         self.descriptor = descriptor
         self.key = BackingKey(attributes)
-        self.fileType = attributes.st_mode & S_IFMT
+        self.typeBits = UInt8(truncatingIfNeeded: (attributes.st_mode & S_IFMT) >> 12)
         self.generation = generation
         self.exposedInode = exposedInode
         self.zoneValue = Atomic(zone.rawValue)
@@ -300,14 +306,16 @@ final class Node: @unchecked Sendable {
         }
     }
 
-    func evict() { evicted.store(true, ordering: .releasing) }
+    func evict() { flags.bitwiseOr(Node.evictedFlag, ordering: .releasing) }
 
-    var isDetached: Bool { detachedFlag.load(ordering: .acquiring) }
+    private var isEvicted: Bool { flags.load(ordering: .acquiring) & Node.evictedFlag != 0 }
+
+    var isDetached: Bool { flags.load(ordering: .acquiring) & Node.detachedFlag != 0 }
 
     /// Marks the node detached and pins its item, so that it keeps answering for that version
     /// whatever later happens to the name. False if it was detached already.
     fileprivate func markDetached() -> Bool {
-        guard !detachedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return false }
+        guard flags.bitwiseOr(Node.detachedFlag, ordering: .acquiringAndReleasing).oldValue & Node.detachedFlag == 0 else { return false }
         guard !holdsItem else { return true }
         var attributes = stat()
         let descriptor = openByName(&attributes)
@@ -354,7 +362,7 @@ final class Node: @unchecked Sendable {
         // leading elsewhere. A rewrite under way publishes often: without this a reader's open, and
         // the kernel's retry of it, both answered ESTALE.
         for _ in 0..<4 {
-            guard let parent = place.parent, !evicted.load(ordering: .acquiring) else { return (attributes, ESTALE) }
+            guard let parent = place.parent, !isEvicted else { return (attributes, ESTALE) }
             let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
             let error: Int32 = result != 0 ? (errno == ENOENT ? ESTALE : errno) : place.isMine(BackingKey(attributes)) ? 0 : ESTALE
             let now = self.place
@@ -412,7 +420,7 @@ final class Node: @unchecked Sendable {
     /// the attributes the check read), or -1 with errno set (ESTALE if the name leads elsewhere).
     private func openByName(_ attributes: inout stat) -> Int32 {
         let place = place
-        guard let parent = place.parent, !evicted.load(ordering: .acquiring) else {
+        guard let parent = place.parent, !isEvicted else {
             errno = ESTALE
             return -1
         }

@@ -1,4 +1,5 @@
 @testable import ContainerFS
+import CLinux
 import Containers
 import FUSELowLevel
 import Foundation
@@ -59,6 +60,30 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(moved.wait(timeout: .now() + 10), .success, "the parent's deinit waited on the child's place lock")
     }
 
+
+    /// There is a node for every item the kernel knows (the README's memory rows): the allocator
+    /// gives a node of up to 104 bytes 112, and one of 112 bytes 128. What the packing keeps in a
+    /// byte or a bit reads back as it was given.
+    func testANodeTakesOneHundredTwelveBytes() throws {
+        for (mode, check) in [(S_IFREG | 0o644, \Node.isRegularFile), (S_IFDIR | 0o755, \Node.isDirectory),
+                              (S_IFLNK | 0o777, \Node.isSymlink)] {
+            let node = Node.unplaced(mode: mode)
+            XCTAssertLessThanOrEqual(clinux_malloc_usable_size(Unmanaged.passUnretained(node).toOpaque()), 104)
+            XCTAssertEqual(node.fileType, mode & S_IFMT)
+            XCTAssertTrue(node[keyPath: check])
+        }
+        for name in ["evicted", "detached"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/" + name, contents: Data("0".utf8)))
+        }
+        let evicted = try XCTUnwrap(lookUp("evicted")), detached = try XCTUnwrap(lookUp("detached"))
+        XCTAssertEqual(evicted.attributesByName().1, 0)
+        evicted.evict()
+        XCTAssertEqual(evicted.attributesByName().1, ESTALE)
+        XCTAssertFalse(evicted.isDetached, "evicted, not detached")
+        nodes.detach(detached)
+        XCTAssertTrue(detached.isDetached)
+        XCTAssertEqual(detached.attributesByName().1, 0, "detached, not evicted")
+    }
     /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
     /// is reachable by name all along to those who look meanwhile: an open checks, and an
     /// ESTALE there twice in a row reaches the program.

@@ -59,6 +59,8 @@ unsigned int clinux_major(dev_t device);
 unsigned int clinux_minor(dev_t device);
 /// Gives memory malloc keeps for later use back to the system.
 int clinux_malloc_trim(size_t pad);
+/// The bytes malloc gave the block at `pointer` (its chunk's size, less malloc's own word).
+size_t clinux_malloc_usable_size(void *pointer);
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size);
 ssize_t clinux_lgetxattr(const char *path, const char *name, void *value, size_t size);
