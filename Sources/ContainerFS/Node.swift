@@ -54,9 +54,8 @@ final class Node: @unchecked Sendable {
     private(set) var name: NodeName
     // The zone, the flags, the file type and the count of open handles fill what the name leaves of
     // its last word: stored properties are laid out in the order declared, and a node per file adds
-    // up (a node of 104 bytes takes 112 of the allocator, one of 112 bytes 128; 144 with the key a
-    // publish replaces kept here, which its place lock's stripe keeps now, and 208 with the file
-    // state inside). `NodeTableTests.testANodeTakesOneHundredTwelveBytes` checks it.
+    // up. At 104 bytes the allocator gives a node 112, at 112 it gives 128
+    // (`NodeTableTests.testANodeTakesOneHundredTwelveBytes`).
     /// Where the node sits, which decides its policy. Read on every request without the table's
     /// lock, so it is atomic; it changes only when the item moves out of the Inbox.
     private let zoneValue: Atomic<UInt8>

@@ -60,7 +60,6 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(moved.wait(timeout: .now() + 10), .success, "the parent's deinit waited on the child's place lock")
     }
 
-
     /// There is a node for every item the kernel knows (the README's memory rows): the allocator
     /// gives a node of up to 104 bytes 112, and one of 112 bytes 128. What the packing keeps in a
     /// byte or a bit reads back as it was given.
