@@ -83,6 +83,7 @@ final class NodeTableTests: XCTestCase {
         XCTAssertTrue(detached.isDetached)
         XCTAssertEqual(detached.attributesByName().1, 0, "detached, not evicted")
     }
+
     /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
     /// is reachable by name all along to those who look meanwhile: an open checks, and an
     /// ESTALE there twice in a row reaches the program.
