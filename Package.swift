@@ -19,8 +19,9 @@ let package = Package(
     targets: [
         // libfuse3 from Debian's libfuse3-dev (scripts/setup.sh installs it) and the C shim over it.
         .target(name: "CFuse", linkerSettings: [.linkedLibrary("fuse3")]),
-        // Linux calls that Swift's Glibc module leaves out.
-        .target(name: "CLinux"),
+        // Linux calls that Swift's Glibc module leaves out, and CRC-32C by ISA-L (Debian's
+        // libisal-dev, which scripts/setup.sh installs).
+        .target(name: "CLinux", linkerSettings: [.linkedLibrary("isal")]),
         // A thin Swift layer over libfuse's low-level API. Knows nothing about containers.
         .target(name: "FUSELowLevel", dependencies: ["CFuse", "CLinux"]),
         // Arbitration of coordinated reads and writes, presenters, the control protocol.

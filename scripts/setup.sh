@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs what ContainerFS needs to build, run and test on Debian: libfuse3 and the tools the
+# Installs what ContainerFS needs to build, run and test on Debian: libfuse3, ISA-L and the tools the
 # tests drive, and any packages named as arguments (the longer suites' tools). Safe to run again:
 # it installs only what is missing.
 set -euo pipefail
 
-packages=(libfuse3-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap
+packages=(libfuse3-dev libisal-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap
   xfsprogs btrfs-progs python3-lmdb lmdb-utils strace "$@")
 missing=()
 for package in "${packages[@]}"; do

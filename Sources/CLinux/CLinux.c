@@ -13,7 +13,6 @@
 #include <malloc.h>
 #include <unistd.h>
 #include <spawn.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
@@ -21,9 +20,7 @@
 #include <sys/syscall.h>
 #include <signal.h>
 #include <linux/capability.h>
-#if defined(__x86_64__)
-#include <nmmintrin.h>
-#endif
+#include <isa-l/crc.h>
 
 const int clinux_O_PATH = O_PATH;
 const int clinux_O_TMPFILE = O_TMPFILE;
@@ -117,121 +114,19 @@ int clinux_spawn_close_from(void *actions, int lowest) {
     return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, lowest);
 }
 
-// CRC-32C, reflected polynomial 0x82F63B78: a table for processors without the instruction.
-// With it, three streams run side by side (the instruction's latency is three cycles, its
-// throughput one a cycle) over three adjacent blocks, whose CRCs are then joined: a CRC register
-// moved past N zero bytes is a linear map, kept as four tables of 256 (Mark Adler's method).
-#define CRC32C_POLY 0x82F63B78u
-#define CRC32C_LONG 8192
-#define CRC32C_SHORT 256
-static uint32_t crc32c_table[256];
-static uint32_t crc32c_long[4][256], crc32c_short[4][256];
-static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
-static int crc32c_hardware;
-
-static uint32_t crc32c_matrix_times(const uint32_t *matrix, uint32_t vector) {
-    uint32_t sum = 0;
-    for (; vector; vector >>= 1, matrix++) if (vector & 1) sum ^= *matrix;
-    return sum;
-}
-
-static void crc32c_matrix_square(uint32_t *square, const uint32_t *matrix) {
-    for (int row = 0; row < 32; row++) square[row] = crc32c_matrix_times(matrix, matrix[row]);
-}
-
-/// Tables that move a CRC register past `length` zero bytes (`length` a power of two).
-static void crc32c_zeros(uint32_t zeros[4][256], size_t length) {
-    uint32_t operator[32], other[32];
-    other[0] = CRC32C_POLY;  // one zero bit
-    for (int row = 1; row < 32; row++) other[row] = 1u << (row - 1);
-    crc32c_matrix_square(operator, other);  // two
-    crc32c_matrix_square(other, operator);  // four
-    for (size_t bytes = 1; ; bytes <<= 1) {
-        crc32c_matrix_square(operator, other);  // eight bits times `bytes`
-        if (bytes == length) break;
-        memcpy(other, operator, sizeof other);
-    }
-    for (uint32_t byte = 0; byte < 256; byte++) {
-        for (int place = 0; place < 4; place++) zeros[place][byte] = crc32c_matrix_times(operator, byte << (8 * place));
-    }
-}
-
-static inline uint32_t crc32c_shift(uint32_t zeros[4][256], uint32_t crc) {
-    return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
-}
-
-static void crc32c_prepare(void) {
-    for (uint32_t index = 0; index < 256; index++) {
-        uint32_t value = index;
-        for (int bit = 0; bit < 8; bit++) value = value & 1 ? (value >> 1) ^ CRC32C_POLY : value >> 1;
-        crc32c_table[index] = value;
-    }
-#if defined(__x86_64__)
-    crc32c_hardware = __builtin_cpu_supports("sse4.2");
-    if (crc32c_hardware) {
-        crc32c_zeros(crc32c_long, CRC32C_LONG);
-        crc32c_zeros(crc32c_short, CRC32C_SHORT);
-    }
-#endif
-}
-
-static uint32_t crc32c_bytes(uint32_t crc, const unsigned char *bytes, size_t length) {
-    for (; length > 0; bytes++, length--) crc = crc32c_table[(crc ^ *bytes) & 0xFF] ^ (crc >> 8);
-    return crc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2")))
-static inline uint64_t crc32c_word(uint64_t crc, const unsigned char *bytes) {
-    uint64_t word;
-    memcpy(&word, bytes, 8);
-    return _mm_crc32_u64(crc, word);
-}
-
-/// Three blocks of `block` bytes side by side while 3 × `block` remain.
-__attribute__((target("sse4.2")))
-static uint64_t crc32c_three(uint64_t crc, const unsigned char **bytes, size_t *length, size_t block,
-                             uint32_t zeros[4][256]) {
-    while (*length >= 3 * block) {
-        uint64_t second = 0, third = 0;
-        const unsigned char *next = *bytes, *end = next + block;
-        for (; next < end; next += 8) {
-            crc = crc32c_word(crc, next);
-            second = crc32c_word(second, next + block);
-            third = crc32c_word(third, next + 2 * block);
-        }
-        crc = crc32c_shift(zeros, (uint32_t)crc) ^ (uint32_t)second;
-        crc = crc32c_shift(zeros, (uint32_t)crc) ^ (uint32_t)third;
-        *bytes += 3 * block;
-        *length -= 3 * block;
-    }
-    return crc;
-}
-
-__attribute__((target("sse4.2")))
-static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *bytes, size_t length) {
-    for (; length > 0 && ((uintptr_t)bytes & 7) != 0; bytes++, length--) crc = _mm_crc32_u8(crc, *bytes);
-    uint64_t value = crc;
-    value = crc32c_three(value, &bytes, &length, CRC32C_LONG, crc32c_long);
-    value = crc32c_three(value, &bytes, &length, CRC32C_SHORT, crc32c_short);
-    for (; length >= 8; bytes += 8, length -= 8) value = crc32c_word(value, bytes);
-    crc = (uint32_t)value;
-    for (; length > 0; bytes++, length--) crc = _mm_crc32_u8(crc, *bytes);
-    return crc;
-}
-#endif
-
+// CRC-32C is iSCSI's CRC, which ISA-L (Debian's libisal) folds with carry-less multiplication,
+// choosing the code for the processor at the first call. It keeps the register as is, so the
+// inversions are done here, and it takes an `int` length, so longer buffers go in parts.
 unsigned int clinux_crc32c(unsigned int crc, const void *data, size_t length) {
-    pthread_once(&crc32c_once, crc32c_prepare);
-#if defined(__x86_64__)
-    if (crc32c_hardware) return ~crc32c_sse42(~(uint32_t)crc, data, length);
-#endif
-    return ~crc32c_bytes(~(uint32_t)crc, data, length);
-}
-
-unsigned int clinux_crc32c_portable(unsigned int crc, const void *data, size_t length) {
-    pthread_once(&crc32c_once, crc32c_prepare);
-    return ~crc32c_bytes(~(uint32_t)crc, data, length);
+    uint32_t state = ~(uint32_t)crc;
+    unsigned char *bytes = (unsigned char *)data;
+    while (length > 0) {
+        int part = length > CLINUX_CRC32C_PART ? CLINUX_CRC32C_PART : (int)length;
+        state = crc32_iscsi(bytes, part, state);
+        bytes += part;
+        length -= (size_t)part;
+    }
+    return ~state;
 }
 
 _Static_assert(sizeof(((struct clinux_credentials *)0)->capabilities) == 2 * sizeof(struct __user_cap_data_struct),

@@ -38,11 +38,11 @@ int clinux_write_data_and_wait(int fd);
 /// Starts the writes of the file's dirty data without waiting (sync_file_range WRITE): a hint,
 /// whose failure the later `clinux_write_data_and_wait` reports.
 void clinux_start_writing_data(int fd);
-/// CRC-32C (Castagnoli) of `length` bytes, continuing `crc` (0 to start): with SSE 4.2 where the
-/// processor has it. Tells a file's data from what a power cut left of it, not a forgery.
+/// CRC-32C (Castagnoli) of `length` bytes, continuing `crc` (0 to start), by ISA-L. Tells a
+/// file's data from what a power cut left of it, not a forgery.
 unsigned int clinux_crc32c(unsigned int crc, const void *data, size_t length);
-/// The same by table alone, whatever the processor: what the fast one is checked against.
-unsigned int clinux_crc32c_portable(unsigned int crc, const void *data, size_t length);
+/// The most ISA-L is given in one call (its length is an `int`).
+#define CLINUX_CRC32C_PART (1 << 30)
 ssize_t clinux_copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t length, unsigned int flags);
 int clinux_ficlone(int destination, int source);
 /// Takes (`exclusive`: a write lease) or drops (0) a lease on `fd` (F_SETLEASE). 0, or -1 with errno.
