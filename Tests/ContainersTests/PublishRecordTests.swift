@@ -42,10 +42,11 @@ final class PublishRecordTests: XCTestCase {
         }
     }
 
-    /// ISA-L takes an `int` length: a longer buffer goes in parts, and must sum as one. Zero
-    /// pages, mapped and never written, so the 2 GiB cost no memory.
+    /// ISA-L takes an `int` length (which it reads as 32 bits unsigned): a longer buffer goes in
+    /// parts, and must sum as one. Past 4 GiB, so that a length cut to 32 bits shows. Zero pages,
+    /// mapped and never written, so they cost no memory.
     func testABufferPastTheLengthOfOneCallIsSummedWhole() throws {
-        let length = 2 * Int(CLINUX_CRC32C_PART) + 4_097
+        let length = 4 * Int(CLINUX_CRC32C_PART) + 4_097
         let memory = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
         guard let memory, memory != MAP_FAILED else { throw XCTSkip("no room for \(length) bytes of address space") }
         defer { munmap(memory, length) }
