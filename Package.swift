@@ -17,8 +17,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.0.0"..<"5.0.0"),
     ],
     targets: [
-        // libfuse3 from Debian's libfuse3-dev (scripts/setup.sh installs it) and the C shim over it.
-        .target(name: "CFuse", linkerSettings: [.linkedLibrary("fuse3")]),
+        // libfuse3 and liburing from Debian (libfuse3-dev, liburing-dev: scripts/setup.sh installs them)
+        // and the C shim over them.
+        .target(name: "CFuse", linkerSettings: [.linkedLibrary("fuse3"), .linkedLibrary("uring")]),
         // Linux calls that Swift's Glibc module leaves out, and CRC-32C by ISA-L (Debian's
         // libisal-dev, which scripts/setup.sh installs).
         .target(name: "CLinux", linkerSettings: [.linkedLibrary("isal")]),

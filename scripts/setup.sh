@@ -4,7 +4,7 @@
 # it installs only what is missing.
 set -euo pipefail
 
-packages=(libfuse3-dev libisal-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap
+packages=(libfuse3-dev liburing-dev libisal-dev fuse3 pkg-config attr python3 python3-gdbm sqlite3 git vim-tiny rsync tar util-linux bubblewrap
   xfsprogs btrfs-progs python3-lmdb lmdb-utils strace "$@")
 missing=()
 for package in "${packages[@]}"; do

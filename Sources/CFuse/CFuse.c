@@ -138,13 +138,8 @@ static int cfuse_start_worker(struct cfuse_loop *loop) {
     worker->loop = loop;
     worker->idle = 1;
     // Stop signals go to the thread that runs the loop, whose wait they interrupt.
-    sigset_t blocked, previous;
-    sigemptyset(&blocked);
-    sigaddset(&blocked, SIGTERM);
-    sigaddset(&blocked, SIGINT);
-    sigaddset(&blocked, SIGHUP);
-    sigaddset(&blocked, SIGQUIT);
-    pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+    sigset_t previous;
+    cfuse_block_stop_signals(&previous);
     int error = pthread_create(&worker->thread, NULL, cfuse_work, worker);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     if (error != 0) {

@@ -90,6 +90,7 @@ enum Backing {
     /// `syncers` the others. A disk flushes the cache once for syncs that wait together, where syncs
     /// one after another flush it each. Returns each one's 0 or errno, in order.
     static func syncTogether(_ descriptors: [Int32]) -> [Int32] {
+        RequestThreads.willWait()
         let results = Locked([Int32](repeating: 0, count: descriptors.count))
         let group = DispatchGroup()
         for index in descriptors.indices.dropFirst() {

@@ -31,6 +31,8 @@ public struct MountConfiguration {
     /// Let the kernel read unchanging files itself (FUSE passthrough), where it and the daemon's
     /// privileges allow.
     public var passthrough = true
+    /// Take requests through io_uring where the kernel offers it (docs/io-uring.md).
+    public var ioUring = true
     /// How many previous versions of each file are kept, and for how long (docs/versions.md).
     public var versionLimits = VersionLimits()
     /// Files at least this large are rewritten through a redo log, where the store's filesystem
@@ -138,6 +140,7 @@ public enum Daemon {
         // (docs/atomic-replace.md, "Set-ID bits").
         session.takeOverSetIDClearing()
         if configuration.passthrough { offerPassthrough(session, to: fileSystem, logger: logger) }
+        if configuration.ioUring, Self.kernelOffersIOUring { session.offerIOUring() }
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
         }
@@ -152,6 +155,7 @@ public enum Daemon {
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
                                           "app": "\(configuration.app?.rawValue ?? "all")"])
         signalReady(configuration.readinessDescriptor)
+        if configuration.ioUring, Self.kernelOffersIOUring { reportIOUring(of: session, logger: logger) }
 
         let status = session.run(multithreaded: !configuration.singleThreaded)
         session.unmount()
@@ -285,6 +289,30 @@ public enum Daemon {
         var arguments = ["-o", options.joined(separator: ",")]
         if configuration.debug { arguments.append("-d") }
         return arguments
+    }
+
+    /// Whether the fuse module takes requests through io_uring: its `enable_uring`, which is off
+    /// unless an administrator turned it on (docs/io-uring.md).
+    static var kernelOffersIOUring: Bool {
+        let descriptor = open("/sys/module/fuse/parameters/enable_uring", O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var byte: UInt8 = 0
+        return read(descriptor, &byte, 1) == 1 && byte == UInt8(ascii: "Y")
+    }
+
+    /// Logs, once the rings had time to register, whether requests come through them.
+    private static func reportIOUring(of session: FuseSession, logger: Logger) {
+        // `ioUringState` reads only atomics.
+        nonisolated(unsafe) weak let session = session
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) {
+            guard let session else { return }
+            switch session.ioUringState {
+            case true?: logger.info("requests come through io_uring")
+            case false?: logger.notice("io_uring not serving (a queue could not register); requests come through /dev/fuse")
+            case nil: logger.notice("the kernel did not take io_uring; requests come through /dev/fuse")
+            }
+        }
     }
 
     /// Readers of atomically replaced files then read their version at the speed of the disk.

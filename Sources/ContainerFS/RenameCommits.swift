@@ -1,5 +1,6 @@
 import CLinux
 import Coordination
+import FUSELowLevel
 import Glibc
 import Synchronization
 
@@ -120,6 +121,7 @@ final class Turns: @unchecked Sendable {
             nextID += 1
             batches.append(Batch(kind: kind, id: id, members: 1))
         }
+        if batches[0].id != id { RequestThreads.willWait() }
         while batches[0].id != id { pthread_cond_wait(changed, mutex) }
     }
 

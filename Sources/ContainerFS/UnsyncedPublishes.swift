@@ -1,6 +1,7 @@
 import CLinux
 import Containers
 import Coordination
+import FUSELowLevel
 import Dispatch
 import struct Foundation.Date
 import Glibc
@@ -287,6 +288,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
         let error = waitForRetirement(of: key)
         guard error == 0 else { return error }
         guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
+        RequestThreads.willWait()
         return finish(publish)
     }
 
@@ -323,6 +325,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// before an open that reads the file. Returns 0 or the errno.
     func waitForRetirement(of key: BackingKey) -> Int32 {
         guard let retirement = retiring.withLock({ $0.byFile[key] }) else { return 0 }
+        RequestThreads.willWait()
         return retire(retirement, of: key)
     }
 

@@ -3,6 +3,7 @@ import CLinux
 import Dispatch
 import Containers
 import Coordination
+import FUSELowLevel
 import Glibc
 import Synchronization
 
@@ -636,6 +637,8 @@ final class Shadows: @unchecked Sendable {
         // file's (ext4 and XFS convert them when the writes end), so that the journal commit that
         // makes the publish durable (anyone's next sync) finds them (docs/atomic-replace.md,
         // "Closes without a sync").
+        // A sync, or a wait for the data, holds up no other request (io_uring's queues).
+        if durably { RequestThreads.willWait() }
         var attributes = stat()
         guard fstat(session.shadow, &attributes) == 0 else { return errno }
         let key = BackingKey(attributes)
@@ -650,8 +653,9 @@ final class Shadows: @unchecked Sendable {
             let (made, error) = session.record(size: attributes.st_size)
             guard let made else { return error }
             record = made.name(after: session.fresh ? session.shadowName : Shadows.replacedPrefix + session.shadowName)
-        } else if !durably, clinux_write_data_and_wait(session.shadow) != 0 {
-            return errno
+        } else if !durably {
+            RequestThreads.willWait()
+            if clinux_write_data_and_wait(session.shadow) != 0 { return errno }
         }
         if session.fresh {
             // The file is in place already: without its mark, it is published. A mark left behind
@@ -1019,6 +1023,7 @@ final class Shadows: @unchecked Sendable {
     /// file's size, under a lease, leaves the commit's sync and the apply to the background too
     /// (`publishLater`). `leased`: the caller took a write lease on the file, which this gives back.
     private func publishLog(_ session: WriteSession, leased: Bool, durably: Bool) -> Int32 {
+        RequestThreads.willWait()
         guard let log = session.log else { return 0 }
         // On a failure the lease goes with the file, which the publish's `discard` closes.
         guard let key = Backing.key(of: log.original) else { return errno }

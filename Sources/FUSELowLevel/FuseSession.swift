@@ -33,9 +33,11 @@ public final class FuseSession {
             throw FuseError("libfuse refused the options \(options.joined(separator: " ")) (see the message above).")
         }
         self.session = session
+        box.takeUnretainedValue().session.store(UInt(bitPattern: UnsafeMutableRawPointer(session)), ordering: .releasing)
     }
 
     deinit {
+        cfuse_ring_free(ring)
         if signalHandlersInstalled { cfuse_remove_signal_handlers() }
         if mounted { fuse_session_unmount(session) }
         fuse_session_destroy(session)
@@ -75,6 +77,27 @@ public final class FuseSession {
         box.takeUnretainedValue().clearsSetID.store(true, ordering: .releasing)
     }
 
+    /// Offers the kernel FUSE over io_uring (Linux 6.14 and later, where the fuse module's
+    /// `enable_uring` is set): requests then come through a ring per CPU, `depth` entries each,
+    /// served on a thread of each (docs/io-uring.md). libfuse 3.14 predates it, so the reply hook
+    /// adds the flag to the INIT answer and starts the rings once the kernel has taken it. Call
+    /// after `mount`, before `run`; `ioUringState` tells whether the kernel took them.
+    public func offerIOUring(depth: UInt32 = 16) {
+        box.takeUnretainedValue().ringDepth.store(max(depth, 1), ordering: .releasing)
+    }
+
+    /// Whether requests come through io_uring: nil when not offered or not started (a kernel that
+    /// did not take it), false while the queues register or if one failed, true once they serve.
+    public var ioUringState: Bool? {
+        guard let ring else { return nil }
+        let state = cfuse_ring_state(ring)
+        return state == 1 ? true : false
+    }
+
+    private var ring: OpaquePointer? {
+        OpaquePointer(bitPattern: box.takeUnretainedValue().ring.load(ordering: .acquiring))
+    }
+
     /// SIGINT, SIGTERM and SIGHUP end the loop, so that the mount is taken down cleanly.
     public func installSignalHandlers() throws {
         guard cfuse_set_signal_handlers(session) == 0 else { throw FuseError("could not install signal handlers") }
@@ -86,6 +109,8 @@ public final class FuseSession {
     /// that served requests has ended when it returns.
     public func run(multithreaded: Bool = true, maxIdleThreads: UInt32 = 10, maxThreads: UInt32 = 64) -> Int32 {
         let status = multithreaded ? cfuse_session_loop_mt(session, maxIdleThreads, maxThreads) : fuse_session_loop(session)
+        // The rings' threads too (a thread serving a request finishes it first).
+        cfuse_ring_stop(ring)
         let signal = cfuse_stop_signal_received()
         return signal != 0 ? signal : status
     }
@@ -103,21 +128,46 @@ public final class FuseSession {
     /// a negative offset: none).
     @discardableResult
     public func invalidateInode(_ inode: InodeNumber, offset: off_t = 0, length: off_t = 0) -> Int32 {
-        fuse_lowlevel_notify_inval_inode(session, inode, offset, length)
+        // The kernel waits there for pages being read, whose requests may be in this thread's queue.
+        if offset >= 0 { RequestThreads.willWait() }
+        return fuse_lowlevel_notify_inval_inode(session, inode, offset, length)
     }
 }
 
-/// libfuse's custom I/O `writev`: every reply, the first of which answers the kernel's INIT.
+/// libfuse's custom I/O `writev`: every reply, the first of which answers the kernel's INIT. An
+/// answer to a request that came through a ring goes into the ring's entry.
 private func sendReply(_ device: Int32, _ vectors: UnsafeMutablePointer<iovec>?, _ count: Int32,
                        _ userdata: UnsafeMutableRawPointer?) -> Int {
-    if let userdata, let vectors {
-        let box = Unmanaged<FileSystemBox>.fromOpaque(userdata).takeUnretainedValue()
-        if box.amendsInitReply.load(ordering: .relaxed), box.amendsInitReply.exchange(false, ordering: .acquiringAndReleasing) {
-            _ = cfuse_amend_init(vectors, count, box.offersPassthrough.load(ordering: .acquiring) ? 1 : 0,
-                                 box.clearsSetID.load(ordering: .acquiring) ? 1 : 0)
-        }
+    guard let userdata, let vectors else { return writev(device, vectors, count) }
+    let box = Unmanaged<FileSystemBox>.fromOpaque(userdata).takeUnretainedValue()
+    if let ring = OpaquePointer(bitPattern: box.ring.load(ordering: .acquiring)) {
+        let sent = cfuse_ring_reply(ring, vectors, count)
+        if sent != -1 { return sent == -2 ? -1 : sent }
     }
-    return writev(device, vectors, count)
+    guard box.amendsInitReply.load(ordering: .relaxed), box.amendsInitReply.exchange(false, ordering: .acquiringAndReleasing) else {
+        return writev(device, vectors, count)
+    }
+    let depth = box.ringDepth.load(ordering: .acquiring)
+    var payload = 0
+    let amended = cfuse_amend_init(vectors, count, box.offersPassthrough.load(ordering: .acquiring) ? 1 : 0,
+                                   box.clearsSetID.load(ordering: .acquiring) ? 1 : 0, depth > 0 ? 1 : 0, &payload)
+    let written = writev(device, vectors, count)
+    // The kernel has taken the answer when the write returns: the rings may register.
+    if written > 0, amended == 1, depth > 0, payload > 0,
+       let session = OpaquePointer(bitPattern: box.session.load(ordering: .acquiring)),
+       let ring = cfuse_ring_start(session, device, depth, payload) {
+        box.ring.store(UInt(bitPattern: UnsafeMutableRawPointer(ring)), ordering: .releasing)
+    }
+    return written
+}
+
+/// The threads that serve requests.
+public enum RequestThreads {
+    /// To be called before a request waits for the disk (a sync, another thread's write): where
+    /// requests come through io_uring, the thread serving it hands its queue to another, so that
+    /// the requests behind this one are not held up. Costs nothing elsewhere.
+    @inline(__always)
+    public static func willWait() { cfuse_ring_will_wait() }
 }
 
 /// Files the kernel reads and writes itself, without requests (FUSE passthrough).

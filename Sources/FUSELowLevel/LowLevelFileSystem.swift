@@ -70,6 +70,12 @@ final class FileSystemBox {
     let offersPassthrough = Atomic<Bool>(false)
     /// `FuseSession.takeOverSetIDClearing`.
     let clearsSetID = Atomic<Bool>(false)
+    /// `FuseSession.offerIOUring`: the entries of each queue, 0 when not offered.
+    let ringDepth = Atomic<UInt32>(0)
+    /// The session, for the ring started once the kernel took the INIT answer (bit patterns of
+    /// `fuse_session *` and `cfuse_ring *`, 0 for none).
+    let session = Atomic<UInt>(0)
+    let ring = Atomic<UInt>(0)
     init(_ fileSystem: any LowLevelFileSystem) { self.fileSystem = fileSystem }
 }
 

@@ -25,13 +25,53 @@ static inline struct fuse_session *cfuse_session_new(struct fuse_args *args, con
     return fuse_session_new(args, ops, sizeof(*ops), userdata);
 }
 
-/// A reply that hands the kernel a read from a descriptor, so the data can be spliced.
+#include <signal.h>
+
+/// Blocks the stop signals in the calling thread (the threads it then starts inherit the mask), so
+/// that they go to the thread that runs the session's loop; `previous` restores the mask.
+static inline void cfuse_block_stop_signals(sigset_t *previous) {
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGTERM);
+    sigaddset(&blocked, SIGINT);
+    sigaddset(&blocked, SIGHUP);
+    sigaddset(&blocked, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &blocked, previous);
+}
+
+// MARK: FUSE over io_uring (CFuseRing.c, docs/io-uring.md)
+
+struct cfuse_ring;
+/// Starts a queue of `depth` entries with `payload` bytes each for every possible CPU, on threads
+/// of their own, once the kernel has taken an INIT answer with FUSE_OVER_IO_URING. The kernel
+/// sends requests through them once every queue has registered (`cfuse_ring_state`). NULL when
+/// out of memory.
+struct cfuse_ring *cfuse_ring_start(struct fuse_session *se, int device, unsigned depth, size_t payload);
+/// 1 when every queue registered, 0 while they are registering, -1 if one failed (the kernel then
+/// goes on with /dev/fuse).
+int cfuse_ring_state(struct cfuse_ring *ring);
+/// For the session's custom I/O: commits `iov` (an answer: header, then its arguments) to the
+/// entry that holds its request. Its size; -1 when no entry holds it (it goes to /dev/fuse); -2
+/// with errno set when it could not be committed.
+ssize_t cfuse_ring_reply(struct cfuse_ring *ring, const struct iovec *iov, int count);
+/// Ends the queues' threads (a thread serving a request finishes it first) and closes the rings.
+void cfuse_ring_stop(struct cfuse_ring *ring);
+/// Stops the ring if it runs, and frees it.
+void cfuse_ring_free(struct cfuse_ring *ring);
+/// Whether a ring serves anywhere in the process.
+int cfuse_ring_in_use(void);
+/// Called before a wait (a sync, the disk): on a thread that takes a queue's requests, hands the
+/// queue to another thread, so that the requests behind do not wait too. Nothing elsewhere.
+void cfuse_ring_will_wait(void);
+
+/// A reply that hands the kernel a read from a descriptor, so the data can be spliced (not to a
+/// request that came through a ring, whose answer is copied into its entry).
 static inline int cfuse_reply_fd_read(fuse_req_t req, int fd, size_t size, off_t offset) {
     struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
     buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
     buf.buf[0].fd = fd;
     buf.buf[0].pos = offset;
-    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+    return fuse_reply_data(req, &buf, cfuse_ring_in_use() ? FUSE_BUF_NO_SPLICE : FUSE_BUF_SPLICE_MOVE);
 }
 
 /// Copies a write's data (which may arrive as a pipe for splice) into a descriptor.
@@ -70,6 +110,7 @@ struct cfuse_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 #define CFUSE_HANDLE_KILLPRIV_V2 (1u << 28)
 #define CFUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
 #define CFUSE_DIRECT_IO_ALLOW_MMAP_FLAGS2 (1u << (36 - 32))
+#define CFUSE_OVER_IO_URING_FLAGS2 (1u << (41 - 32))
 #define CFUSE_FOPEN_NOFLUSH (1u << 5)
 #define CFUSE_FOPEN_PASSTHROUGH (1u << 7)
 
@@ -145,9 +186,11 @@ static inline int cfuse_reply_create_passthrough(fuse_req_t req, const struct fu
 /// predates: with `killpriv_v2`, that the daemon clears set-ID bits itself (FUSE_HANDLE_KILLPRIV_V2,
 /// Linux 5.11); shared mappings of files opened for direct I/O (Linux 6.6); and with `passthrough`,
 /// passthrough with a stack depth of 1 (backing files on a disk filesystem, not on another stacked
-/// one). Returns whether it could; an answer that is an error stays as it was, and one to a kernel
-/// without extended flags gets only the first.
-static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough, int killpriv_v2) {
+/// one); and with `ring`, FUSE over io_uring (Linux 6.14), with the largest payload a request or
+/// answer may then carry in `payload`. Returns whether it could; an answer that is an error stays
+/// as it was, and one to a kernel without extended flags gets only the first.
+static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough, int killpriv_v2, int ring,
+                                   size_t *payload) {
     if (count != 2 || iov[0].iov_len < 16 || iov[1].iov_len != 64) return 0;
     int32_t error;
     memcpy(&error, (char *)iov[0].iov_base + 4, sizeof error);
@@ -166,6 +209,17 @@ static inline int cfuse_amend_init(struct iovec *iov, int count, int passthrough
     if (passthrough) {
         flags2 |= CFUSE_PASSTHROUGH_FLAGS2;
         memcpy(out + 36, &depth, sizeof depth);
+    }
+    if (ring) {
+        // As the kernel sizes a ring's payload: the largest of a write, a request's pages, 8 KiB.
+        uint32_t max_write;
+        uint16_t max_pages;
+        memcpy(&max_write, out + 20, sizeof max_write);
+        memcpy(&max_pages, out + 28, sizeof max_pages);
+        size_t pages = (size_t)max_pages * (size_t)sysconf(_SC_PAGESIZE), largest = max_write;
+        if (pages > largest) largest = pages;
+        *payload = largest > 8192 ? largest : 8192;
+        flags2 |= CFUSE_OVER_IO_URING_FLAGS2;
     }
     memcpy(out + 32, &flags2, sizeof flags2);
     return 1;

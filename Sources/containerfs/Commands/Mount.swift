@@ -23,6 +23,9 @@ struct Mount: ParsableCommand {
           subtype=NAME           the mount's type is fuse.NAME (subtype=: fuse)
           no_passthrough         every read and write goes through the daemon,
                                  never through FUSE passthrough
+          no_io_uring            requests come through /dev/fuse even where the
+                                 kernel offers io_uring (its fuse module's
+                                 enable_uring)
           presenter_timeout=S    seconds a presenter may take to answer (2)
           purge_below=SIZE       purge Library/Caches, oldest first, when the
                                  store's free space falls below SIZE
@@ -96,6 +99,7 @@ struct Mount: ParsableCommand {
         if parsed.store != nil, !demo { configuration.sourceName = paths[0] }
         configuration.readinessDescriptor = readyFD
         configuration.passthrough = parsed.passthrough
+        configuration.ioUring = parsed.ioUring
         configuration.purgeThreshold = parsed.purgeBelow
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
@@ -114,6 +118,7 @@ struct MountOptions {
     var purgeInterval: Double?
     var presenterTimeout: Double?
     var passthrough = true
+    var ioUring = true
     var versionLimits = VersionLimits()
     var largeFile: UInt64?
     var fuseOptions: [String] = []
@@ -182,6 +187,8 @@ struct MountOptions {
                 if name == "version_space" { versionLimits.space = size } else { versionLimits.floor = size }
             } else if option == "no_passthrough" {
                 passthrough = false
+            } else if option == "no_io_uring" {
+                ioUring = false
             } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {
                 continue
             } else {
@@ -207,7 +214,9 @@ struct Unmount: ParsableCommand {
             if let daemon = Self.daemon(serving: mountPoint) { print(daemon) }
             return
         }
-        let daemon = lazy ? nil : try Self.daemonAnswering(for: mountPoint)
+        let (daemon, stuck) = lazy ? (nil, false) : try Self.daemonAnswering(for: mountPoint)
+        // A question the daemon took and never answered keeps the mount busy: detached instead.
+        let lazy = lazy || stuck
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
@@ -236,8 +245,10 @@ struct Unmount: ParsableCommand {
     /// daemon (an extended attribute of the mount's root), which a stopped or hung daemon never
     /// answers, and a process waiting for it keeps the mount busy until killed. Nil, said on
     /// standard error, when no answer comes within `seconds`: the unmount goes on without waiting
-    /// for the daemon.
-    private static func daemonAnswering(for mountPoint: String, within seconds: Double = 2) throws -> pid_t? {
+    /// for the daemon. `stuck` when the child outlives its kill: the daemon had taken the question
+    /// (requests through io_uring are taken at once), and a process waiting for an answer to a
+    /// request taken cannot be killed, so the mount stays busy until the daemon answers or ends.
+    private static func daemonAnswering(for mountPoint: String, within seconds: Double = 2) throws -> (pid: pid_t?, stuck: Bool) {
         let asking = Process()
         asking.executableURL = URL(fileURLWithPath: try BackgroundLauncher.executablePath())
         asking.arguments = ["unmount", "--print-daemon", mountPoint]
@@ -248,17 +259,19 @@ struct Unmount: ParsableCommand {
         let deadline = Date().addingTimeInterval(seconds)
         while asking.isRunning, Date() < deadline { usleep(5_000) }
         if asking.isRunning {
-            // A fatal signal is the one that ends a wait for a FUSE answer.
+            // A fatal signal is the one that ends a wait for a FUSE answer not yet taken.
             kill(asking.processIdentifier, SIGKILL)
-            asking.waitUntilExit()
+            let killed = Date().addingTimeInterval(1)
+            while asking.isRunning, Date() < killed { usleep(5_000) }
+            let stuck = asking.isRunning
             FileHandle.standardError.write(Data("""
                 containerfs: the daemon serving \(mountPoint) did not answer within \(Int(seconds)) s (stopped or hung); \
-                unmounting without waiting for it.\n
+                unmounting without waiting for it\(stuck ? ", detached: it took the question and keeps it until it answers or ends" : "").\n
                 """.utf8))
-            return nil
+            return (nil, stuck)
         }
         let output = answer.fileHandleForReading.readDataToEndOfFile()
-        return pid_t(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        return (pid_t(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)), false)
     }
 
     /// The daemon serving `mountPoint`, as the kernel names it to its control socket's callers;
