@@ -24,13 +24,15 @@ import sys
 import time
 
 APP_ID = "com.example.bench"
-TARGETS = ["native", "passthrough", "hp", "docs", "tmp", "presented"]
-# libfuse's two passthrough examples; ratios are against the better of them in each row.
+TARGETS = ["native", "passthrough", "hp", "hp_uring", "docs", "tmp", "presented"]
+# libfuse's two passthrough examples with their defaults; ratios are against the better of them in
+# each row. passthrough_hp with `-o io_uring` has a column and a ratio of its own (docs/io-uring.md).
 LIBFUSE = ("passthrough", "hp")
 TARGET_TITLES = {
     "native": "native",
     "passthrough": "passthrough_ll",
     "hp": "passthrough_hp",
+    "hp_uring": "passthrough_hp -o io_uring",
     "docs": "ContainerFS Documents",
     "tmp": "ContainerFS tmp",
     "presented": "ContainerFS Documents, presented",
@@ -163,11 +165,13 @@ class Daemons:
         return self._start([self.passthrough, "-f", "-o", f"source={source}", mount_point],
                            mount_point, "passthrough_ll.log")
 
-    def mount_passthrough_hp(self, source, mount_point):
+    def mount_passthrough_hp(self, source, mount_point, io_uring=False):
         # passthrough_hp's defaults: reads and writes through FUSE passthrough where the kernel
-        # allows, a day's entry and attribute timeouts, splice, multi-threaded.
-        return self._start([self.passthrough_hp, "--foreground", source, mount_point], mount_point,
-                           "passthrough_hp.log")
+        # allows, a day's entry and attribute timeouts, splice, multi-threaded; or requests through
+        # io_uring, served on a thread per CPU.
+        return self._start([self.passthrough_hp, "--foreground"] + (["-o", "io_uring"] if io_uring else [])
+                           + [source, mount_point], mount_point,
+                           "passthrough_hp_io_uring.log" if io_uring else "passthrough_hp.log")
 
     def mount_containerfs(self, store, mount_point):
         child = self._start([self.containerfs, "mount", "-f", store, mount_point], mount_point, "containerfs.log")
@@ -649,9 +653,9 @@ class Results:
 def render(results, info):
     names = info["names"]
     lines = [
-        "| workload | unit | native | passthrough_ll | passthrough_hp | ContainerFS Documents | ContainerFS tmp "
-        "| ContainerFS Documents, presented | ContainerFS / best of passthrough_ll and _hp | ContainerFS / native |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| workload | unit | " + " | ".join(TARGET_TITLES[target] for target in TARGETS)
+        + " | ContainerFS / best of passthrough_ll and _hp | ContainerFS / passthrough_hp -o io_uring | ContainerFS / native |",
+        "|---|---|" + "---:|" * (len(TARGETS) + 3),
     ]
     rows = []
     for key, title, unit, scale, targets in WORKLOADS:
@@ -666,7 +670,7 @@ def render(results, info):
             extra = results.extra(key, target)
             cells.append(f"{text} ({extra})" if extra else text)
         ratios = []
-        for base in ("libfuse", "native"):
+        for base in ("libfuse", "hp_uring", "native"):
             if base == "libfuse":
                 values = [v for v in (results.median(key, t) for t in LIBFUSE) if v is not None]
                 base_value = min(values) if values else None
@@ -685,8 +689,8 @@ def render(results, info):
                 others = ", ".join(f"{label} {format_ratio(ratio)}" for label, ratio in parts[1:])
                 ratios.append(f"{format_ratio(parts[0][1])} ({others})")
         rows.append({"key": key, "workload": title, "unit": unit, "cells": dict(zip(TARGETS, cells)),
-                     "ratio_passthrough": ratios[0], "ratio_native": ratios[1]})
-        lines.append(f"| {title} | {unit} | " + " | ".join(cells) + f" | {ratios[0]} | {ratios[1]} |")
+                     "ratio_passthrough": ratios[0], "ratio_hp_uring": ratios[1], "ratio_native": ratios[2]})
+        lines.append(f"| {title} | {unit} | " + " | ".join(cells) + f" | {ratios[0]} | {ratios[1]} | {ratios[2]} |")
     return "\n".join(lines) + "\n", rows
 
 
@@ -707,6 +711,8 @@ def main():
     parser.add_argument("--passthrough", required=True)
     parser.add_argument("--passthrough-hp", required=True)
     parser.add_argument("--libfuse-version", default="", help="what passthrough_hp was built from")
+    parser.add_argument("--io-uring", action="store_true",
+                        help="the fuse module takes requests through io_uring: passthrough_hp -o io_uring gets a column")
     parser.add_argument("--work", required=True, help="scratch directory (on the disk being measured)")
     parser.add_argument("--scratch", default="", help="what the scratch disk is, for the report")
     parser.add_argument("--results", required=True, help="where latest.md and latest.json go")
@@ -726,9 +732,10 @@ def main():
     native = os.path.join(work, "native")
     pt_source, pt_mount = os.path.join(work, "pt-source"), os.path.join(work, "pt-mount")
     hp_source, hp_mount = os.path.join(work, "hp-source"), os.path.join(work, "hp-mount")
+    hpu_source, hpu_mount = os.path.join(work, "hpu-source"), os.path.join(work, "hpu-mount")
     store, cfs_mount = os.path.join(work, "store"), os.path.join(work, "cfs-mount")
     backing_documents = os.path.join(store, "containers", APP_ID, "Documents")
-    for folder in (native, pt_source, hp_source):
+    for folder in (native, pt_source, hp_source, hpu_source):
         os.makedirs(folder)
 
     # The store: a one-file bundle is enough.
@@ -826,7 +833,10 @@ def main():
         # 2. Everything else, on fresh mounts.
         daemons.mount_passthrough(pt_source, pt_mount)
         daemons.mount_passthrough_hp(hp_source, hp_mount)
+        if arguments.io_uring:
+            daemons.mount_passthrough_hp(hpu_source, hpu_mount, io_uring=True)
         daemons.mount_containerfs(store, cfs_mount)
+        # The first four in this order are the columns of the sequential reads (BALANCED_ORDERS).
         places = {
             "native": native,
             "passthrough": pt_mount,
@@ -835,6 +845,8 @@ def main():
             "tmp": os.path.join(cfs_mount, APP_ID, "tmp"),
             "presented": os.path.join(cfs_mount, APP_ID, "Documents", PRESENTED),
         }
+        if arguments.io_uring:
+            places["hp_uring"] = hpu_mount
         os.makedirs(places["presented"], exist_ok=True)
         presenter = subprocess.Popen([arguments.containerfs, "watch", places["presented"]],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -852,7 +864,7 @@ def main():
                                   **workload_cp(place, cp_large_source, work, "cp_large")}),
         ]
         if not only or "fio" in only or "seqread" in only:
-            share_read_file([native, pt_source, hp_source, backing_documents, os.path.join(store, "containers", APP_ID, "tmp"),
+            share_read_file([native, pt_source, hp_source, hpu_source, backing_documents, os.path.join(store, "containers", APP_ID, "tmp"),
                              os.path.join(backing_documents, PRESENTED)])
         order = list(places)
         if not only or "seqread" in only:
@@ -908,7 +920,11 @@ def main():
         "no writeback cache, multi-threaded. passthrough_hp (libfuse's current sources"
         + (f", {arguments.libfuse_version}" if arguments.libfuse_version else "")
         + ") runs with its defaults: reads and writes through FUSE passthrough, a day's entry and attribute "
-        f"timeouts, splice, multi-threaded. The daemons run with a limit of {descriptor_limit:,} open "
+        f"timeouts, splice, multi-threaded"
+        + ("; its column `-o io_uring` adds requests through io_uring (the fuse module's `enable_uring`, which "
+           "bench/run.sh turned on for the run, and which ContainerFS then uses too: docs/io-uring.md)"
+           if arguments.io_uring else "; the fuse module takes no requests through io_uring here, so neither does ContainerFS")
+        + f". The daemons run with a limit of {descriptor_limit:,} open "
         "descriptors (passthrough_ll and _hp hold one per inode the kernel knows; ContainerFS one per directory "
         "the kernel knows and per open file).\n"
         "- ContainerFS Documents writes with direct I/O through a shadow copy published at close; tmp "

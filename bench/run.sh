@@ -37,10 +37,10 @@ if [ ! -x "$bench/build/passthrough_ll" ] || [ "$examples/passthrough_ll.c" -nt 
 fi
 
 # libfuse's passthrough_hp, from its current public sources (LIBFUSE_SOURCE: another clone or URL),
-# built with meson against the libfuse of those sources.
+# built with meson against the libfuse of those sources, with io_uring (liburing-dev: setup.sh).
 hp_source="$bench/build/libfuse"
 hp="$hp_source/build/example/passthrough_hp"
-if [ ! -x "$hp" ]; then
+if [ ! -x "$hp" ] || [ ! -e "$hp_source/.with-io-uring" ]; then
   missing=()
   for tool in meson:meson ninja:ninja-build g++:g++ git:git; do command -v "${tool%%:*}" >/dev/null || missing+=("${tool##*:}"); done
   if ((${#missing[@]})); then
@@ -51,8 +51,9 @@ if [ ! -x "$hp" ]; then
   echo "bench: building passthrough_hp from ${LIBFUSE_SOURCE:-https://github.com/libfuse/libfuse}"
   rm -rf "$hp_source"
   git clone -q "${LIBFUSE_SOURCE:-https://github.com/libfuse/libfuse}" "$hp_source"
-  (cd "$hp_source" && meson setup build --buildtype=release -Dexamples=true -Dutils=false -Dtests=false >/dev/null &&
-     ninja -C build example/passthrough_hp >/dev/null)
+  (cd "$hp_source" && meson setup build --buildtype=release -Dexamples=true -Dutils=false -Dtests=false \
+     -Denable-io-uring=true >/dev/null && ninja -C build example/passthrough_hp >/dev/null)
+  touch "$hp_source/.with-io-uring"
 fi
 libfuse_version="libfuse $(git -C "$hp_source" describe --tags --always 2>/dev/null || echo unknown)"
 
@@ -61,10 +62,15 @@ libfuse_version="libfuse $(git -C "$hp_source" describe --tags --always 2>/dev/n
 # the host has. ext4 without a journal (this project's VMs) scans the inodes freed in the last 30 s at
 # every inode it allocates: whoever created files after another column's deletions paid up to 20x.
 # BENCH_DIR measures a directory of the host's instead (not tmpfs).
-image="" loop="" disk="" work=""
+image="" loop="" disk="" work="" uring_was=""
+uring=/sys/module/fuse/parameters/enable_uring
 cleanup() {
   status=$?
   trap - EXIT INT TERM
+  # The fuse module's io_uring as it was before the run (mounts made meanwhile keep theirs).
+  if [ -n "$uring_was" ]; then
+    echo "$uring_was" | $sudo tee "$uring" >/dev/null || echo "bench: could not set $uring back to $uring_was" >&2
+  fi
   if [ -n "$work" ] && [ -f "$work/started.mounts" ]; then
     while read -r mount_point; do
       if mountpoint -q "$mount_point" 2>/dev/null; then
@@ -119,6 +125,24 @@ else
   scratch="a fresh ext4 made for the run in a ${BENCH_DISK_SIZE:-16G} image on the host's $(findmnt -no FSTYPE -T "$image"), through a loop device with direct I/O"
 fi
 
-python3 "$bench/bench.py" --containerfs "$containerfs" --passthrough "$bench/build/passthrough_ll" \
+# FUSE over io_uring (Linux 6.14 and later), off in the fuse module unless turned on: on for the
+# run, so that ContainerFS takes its requests through it as it does wherever an administrator turned
+# it on, and passthrough_hp gets a column with `-o io_uring` (docs/io-uring.md). BENCH_IO_URING=0
+# leaves the module as it is.
+io_uring_argument=()
+if [ ! -e "$uring" ]; then
+  echo "bench: this kernel's fuse module has no io_uring (Linux 6.14 and later, CONFIG_FUSE_IO_URING): no io_uring column"
+elif [ "$(cat "$uring")" != Y ] && [ "${BENCH_IO_URING:-1}" != 0 ]; then
+  uring_was="$(cat "$uring")"
+  if echo 1 | $sudo tee "$uring" >/dev/null 2>&1; then
+    echo "bench: the fuse module's enable_uring is on for the run (it was $uring_was)"
+  else
+    echo "bench: could not turn on the fuse module's enable_uring: no io_uring column" >&2
+    uring_was=""
+  fi
+fi
+if [ -e "$uring" ] && [ "$(cat "$uring")" = Y ]; then io_uring_argument=(--io-uring); fi
+
+python3 "$bench/bench.py" "${io_uring_argument[@]}" --containerfs "$containerfs" --passthrough "$bench/build/passthrough_ll" \
   --passthrough-hp "$hp" --libfuse-version "$libfuse_version" \
   --work "$work" --scratch "$scratch" --results "${BENCH_RESULTS:-$bench/results}" --command "bench/run.sh"
