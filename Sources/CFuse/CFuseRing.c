@@ -80,8 +80,9 @@ struct cfuse_ring_queue {
     int qid, wake, made, closed;
     /// Threads of the queue alive, parked, and handed the queue but not yet woken.
     int threads, parked, handed;
-    /// Entries the connection let go, counted by the thread that takes completions.
-    unsigned gone;
+    /// Entries registered, and those the connection let go since (counted by the thread that takes
+    /// completions).
+    unsigned registered, gone;
     /// Set (under `lock`) by the thread that took completions when the queue's threads are to leave.
     int leaving;
     /// Published once allocated (answers from other threads look through them), before any is
@@ -95,7 +96,7 @@ struct cfuse_ring {
     unsigned queues, depth;
     size_t payload;
     _Atomic int stopping;
-    /// Queues whose entries are all registered; and those that failed.
+    /// Queues with entries registered; and those that failed.
     _Atomic unsigned ready, failed;
     struct cfuse_ring_queue *queue;
 };
@@ -289,7 +290,9 @@ static void *cfuse_ring_map(size_t size) {
     return memory == MAP_FAILED ? NULL : memory;
 }
 
-/// Makes the queue's ring and entries and queues their registration. 0, or a negative errno.
+/// Makes the queue's ring, arms the poll of its event and registers its entries. 0 once one entry
+/// is registered (the kernel may use the queue from then on, and the thread must stay to serve it:
+/// its commands end with it), or a negative errno.
 static int cfuse_ring_make_queue(struct cfuse_ring_queue *queue) {
     struct cfuse_ring *ring = queue->ring;
     struct io_uring_params params;
@@ -301,25 +304,28 @@ static int cfuse_ring_make_queue(struct cfuse_ring_queue *queue) {
     if (result == 0) queue->made = 1;
     pthread_mutex_unlock(&queue->lock);
     if (result < 0) return result;
-    struct cfuse_ring_entry *entries = calloc(ring->depth, sizeof *entries);
-    if (entries == NULL) return -ENOMEM;
-    for (unsigned index = 0; index < ring->depth; index++) entries[index].queue = queue;
-    atomic_store(&queue->entries, entries);
-    for (unsigned index = 0; index < ring->depth; index++) {
-        struct cfuse_ring_entry *entry = &entries[index];
-        entry->header = cfuse_ring_map(sizeof *entry->header);
-        entry->area = cfuse_ring_map(CFUSE_RING_PREFIX + ring->payload);
-        if (entry->header == NULL || entry->area == NULL) return -ENOMEM;
-        entry->iov[0] = (struct iovec){ entry->header, sizeof *entry->header };
-        entry->iov[1] = (struct iovec){ entry->area + CFUSE_RING_PREFIX, ring->payload };
-        result = cfuse_ring_send(entry, CFUSE_IO_URING_CMD_REGISTER);
-        if (result < 0) return result;
-    }
     pthread_mutex_lock(&queue->lock);
     result = cfuse_ring_arm_wake(queue);
     if (result == 0) result = io_uring_submit(&queue->uring);
     pthread_mutex_unlock(&queue->lock);
-    return result < 0 ? result : 0;
+    if (result < 0) return result;
+    struct cfuse_ring_entry *entries = calloc(ring->depth, sizeof *entries);
+    if (entries == NULL) return -ENOMEM;
+    for (unsigned index = 0; index < ring->depth; index++) entries[index].queue = queue;
+    atomic_store(&queue->entries, entries);
+    // Out of memory part way, the queue goes on with the entries it has.
+    for (unsigned index = 0; index < ring->depth; index++) {
+        struct cfuse_ring_entry *entry = &entries[index];
+        entry->header = cfuse_ring_map(sizeof *entry->header);
+        entry->area = cfuse_ring_map(CFUSE_RING_PREFIX + ring->payload);
+        if (entry->header == NULL || entry->area == NULL) break;
+        entry->iov[0] = (struct iovec){ entry->header, sizeof *entry->header };
+        entry->iov[1] = (struct iovec){ entry->area + CFUSE_RING_PREFIX, ring->payload };
+        result = cfuse_ring_send(entry, CFUSE_IO_URING_CMD_REGISTER);
+        if (result < 0) break;
+        queue->registered++;
+    }
+    return queue->registered > 0 ? 0 : (result < 0 ? result : -ENOMEM);
 }
 
 /// Takes the queue's completions and serves them, until told to leave or until it handed the
@@ -333,7 +339,8 @@ static int cfuse_ring_take(struct cfuse_ring_queue *queue) {
         pthread_mutex_unlock(&queue->lock);
         struct io_uring_cqe *cqe;
         int result = io_uring_wait_cqe(&queue->uring, &cqe);
-        if (result == -EINTR) continue;
+        // Interrupted, or completions held back until the ring has room for them.
+        if (result == -EINTR || result == -EAGAIN || result == -EBUSY) continue;
         if (result < 0) break;
         uint64_t data = io_uring_cqe_get_data64(cqe);
         int status = cqe->res;
@@ -358,7 +365,7 @@ static int cfuse_ring_take(struct cfuse_ring_queue *queue) {
         } else if (status == -EAGAIN || status == -EINTR) {
             (void)cfuse_ring_send(entry, entry->commit_id ? CFUSE_IO_URING_CMD_COMMIT_AND_FETCH
                                                           : CFUSE_IO_URING_CMD_REGISTER);
-        } else if (++queue->gone == ring->depth) {
+        } else if (++queue->gone == queue->registered) {
             // The connection let go of every entry (ENOTCONN at an unmount).
             break;
         }

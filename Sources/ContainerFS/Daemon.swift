@@ -140,7 +140,8 @@ public enum Daemon {
         // (docs/atomic-replace.md, "Set-ID bits").
         session.takeOverSetIDClearing()
         if configuration.passthrough { offerPassthrough(session, to: fileSystem, logger: logger) }
-        if configuration.ioUring, Self.kernelOffersIOUring { session.offerIOUring() }
+        let ioUring = configuration.ioUring && Self.kernelOffersIOUring
+        if ioUring { session.offerIOUring() }
         let cacheWatch = configuration.purgeThreshold.map {
             CacheWatch(store: store, threshold: $0, every: configuration.purgeInterval, fileSystem: fileSystem, logger: logger)
         }
@@ -155,7 +156,7 @@ public enum Daemon {
         logger.info("mounted", metadata: ["store": "\(store.root)", "mountpoint": "\(mountPoint)",
                                           "app": "\(configuration.app?.rawValue ?? "all")"])
         signalReady(configuration.readinessDescriptor)
-        if configuration.ioUring, Self.kernelOffersIOUring { reportIOUring(of: session, logger: logger) }
+        if ioUring { reportIOUring(of: session, logger: logger) }
 
         let status = session.run(multithreaded: !configuration.singleThreaded)
         session.unmount()
