@@ -167,13 +167,14 @@ static int cfuse_ring_arm_wake(struct cfuse_ring_queue *queue) {
     return 0;
 }
 
-/// Answers the request in `entry` with `error` alone, when it cannot go to libfuse.
-static void cfuse_ring_fail(struct cfuse_ring_entry *entry, uint64_t unique, int error) {
-    struct cfuse_out_header out = { .len = sizeof out, .error = -error, .unique = unique };
+/// Commits the answer in `entry`: `out` (its length set here) and `payload` bytes already copied
+/// after the prefix. The entry no longer holds a request. 0, or a negative errno.
+static int cfuse_ring_commit(struct cfuse_ring_entry *entry, struct cfuse_out_header out, size_t payload) {
+    out.len = (uint32_t)(sizeof out + payload);
     memcpy(entry->header->in_out, &out, sizeof out);
-    entry->header->ring_ent_in_out.payload_sz = 0;
+    entry->header->ring_ent_in_out.payload_sz = (uint32_t)payload;
     atomic_store(&entry->unique, 0);
-    (void)cfuse_ring_send(entry, CFUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+    return cfuse_ring_send(entry, CFUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 }
 
 /// Lays the request out as /dev/fuse gives it (header, the operation's fixed part, the payload)
@@ -186,7 +187,8 @@ static void cfuse_ring_serve(struct cfuse_ring_entry *entry) {
     size_t payload = entry->header->ring_ent_in_out.payload_sz;
     size_t fixed = (size_t)in.len - sizeof in - payload;
     if ((size_t)in.len < sizeof in + payload || fixed > sizeof entry->header->op_in || payload > ring->payload) {
-        cfuse_ring_fail(entry, in.unique, EIO);
+        // Not a request as the protocol lays them out: answered EIO, not handed to libfuse.
+        (void)cfuse_ring_commit(entry, (struct cfuse_out_header){ .error = -EIO, .unique = in.unique }, 0);
         return;
     }
     if (in.opcode == CFUSE_TMPFILE_OPCODE) in.opcode = CFUSE_CREATE_OPCODE;   // as cfuse_io_read does
@@ -236,10 +238,7 @@ ssize_t cfuse_ring_reply(struct cfuse_ring *ring, const struct iovec *iov, int c
         memcpy(into + payload, from, length);
         payload += length;
     }
-    out.len = (uint32_t)(sizeof out + payload);
-    memcpy(entry->header->in_out, &out, sizeof out);
-    entry->header->ring_ent_in_out.payload_sz = (uint32_t)payload;
-    int result = cfuse_ring_send(entry, CFUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+    int result = cfuse_ring_commit(entry, out, payload);
     if (result < 0) {
         errno = -result;
         return -2;

@@ -1023,8 +1023,8 @@ final class Shadows: @unchecked Sendable {
     /// file's size, under a lease, leaves the commit's sync and the apply to the background too
     /// (`publishLater`). `leased`: the caller took a write lease on the file, which this gives back.
     private func publishLog(_ session: WriteSession, leased: Bool, durably: Bool) -> Int32 {
-        RequestThreads.willWait()
         guard let log = session.log else { return 0 }
+        RequestThreads.willWait()
         // On a failure the lease goes with the file, which the publish's `discard` closes.
         guard let key = Backing.key(of: log.original) else { return errno }
         let (records, _, readError) = DeltaLog.records(of: session.shadow)

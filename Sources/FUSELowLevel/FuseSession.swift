@@ -90,8 +90,7 @@ public final class FuseSession {
     /// did not take it), false while the queues register or if one failed, true once they serve.
     public var ioUringState: Bool? {
         guard let ring else { return nil }
-        let state = cfuse_ring_state(ring)
-        return state == 1 ? true : false
+        return cfuse_ring_state(ring) == 1
     }
 
     private var ring: OpaquePointer? {
