@@ -114,7 +114,16 @@ final class Node: @unchecked Sendable {
     /// publish's rename is brief and rare against the nodes that exist, so it is kept here; the
     /// publish holds the node from `beginReplacing` to `endReplacing`. (A node's `deinit` must not
     /// take these locks: the last reference to a parent may go under one, in `setPlace`.)
-    private static let placeLocks = (0..<64).map { _ in Locked<[ObjectIdentifier: BackingKey]>([:]) }
+    private static let placeLocks = (0..<64).map { _ in Locked(Places()) }
+
+    /// What a place lock guards besides the nodes' own fields.
+    private struct Places {
+        var replacing: [ObjectIdentifier: BackingKey] = [:]
+        /// Counts every change of place in the stripe. Keys alone cannot tell that a place moved
+        /// on: ext4 gives a publish's next file the number the last one freed, so publishes
+        /// alternate between two keys and a place can look unchanged after two of them.
+        var changes: UInt64 = 0
+    }
 
     /// `descriptor`: an `O_PATH` descriptor on a directory, which the node then owns; -1 otherwise.
     init(descriptor: Int32, attributes: stat, exposedInode: UInt64, zone: Zone, parent: Node?, name: NodeName,
@@ -254,20 +263,22 @@ final class Node: @unchecked Sendable {
         let name: NodeName
         let key: BackingKey
         let replaced: BackingKey?
+        /// The stripe's count of changes when this was read.
+        let change: UInt64
 
         /// Whether the file with `found` is the node's.
         func isMine(_ found: BackingKey) -> Bool { found == key || found == replaced }
 
-        func isSame(as other: Place) -> Bool {
-            parent === other.parent && name == other.name && key == other.key && replaced == other.replaced
-        }
+        /// Whether no place in the stripe changed since `other` was read.
+        func isSame(as other: Place) -> Bool { change == other.change }
     }
 
     /// The parent and name the node was last seen under (nil parent: the root), and its files.
     private var place: Place {
-        Node.placeLocks[stripe].withLock { replacing in
+        Node.placeLocks[stripe].withLock { places in
             Place(parent: parent, name: name, key: key,
-                  replaced: replacing.isEmpty ? nil : replacing[ObjectIdentifier(self)])
+                  replaced: places.replacing.isEmpty ? nil : places.replacing[ObjectIdentifier(self)],
+                  change: places.changes)
         }
     }
 
@@ -284,24 +295,27 @@ final class Node: @unchecked Sendable {
 
     /// Changes the node's place; the caller holds the node table's lock.
     func setPlace(parent: Node, name: NodeName) {
-        Node.placeLocks[stripe].withLock { _ in
+        Node.placeLocks[stripe].withLock { places in
             self.parent = parent
             self.name = name
+            places.changes &+= 1
         }
     }
 
     /// A publish is renaming the file with `key` over the node's; the caller holds the table's lock.
     func beginReplacing(with key: BackingKey) {
-        Node.placeLocks[stripe].withLock { replacing in
-            replacing[ObjectIdentifier(self)] = self.key
+        Node.placeLocks[stripe].withLock { places in
+            places.replacing[ObjectIdentifier(self)] = self.key
             self.key = key
+            places.changes &+= 1
         }
     }
 
     /// The publish's rename is done, or (`renamed` false) did not happen.
     func endReplacing(renamed: Bool) {
-        Node.placeLocks[stripe].withLock { replacing in
-            if let replaced = replacing.removeValue(forKey: ObjectIdentifier(self)), !renamed { key = replaced }
+        Node.placeLocks[stripe].withLock { places in
+            if let replaced = places.replacing.removeValue(forKey: ObjectIdentifier(self)), !renamed { key = replaced }
+            places.changes &+= 1
         }
     }
 
