@@ -180,3 +180,12 @@ void clinux_restore_credentials(const struct clinux_credentials *saved) {
         abort();
     }
 }
+
+int clinux_identity(int fd, unsigned long long *device, unsigned long long *inode, long long *size) {
+    struct statx attributes;
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_INO | STATX_SIZE, &attributes) != 0) return -1;
+    *device = makedev(attributes.stx_dev_major, attributes.stx_dev_minor);
+    *inode = attributes.stx_ino;
+    *size = (long long)attributes.stx_size;
+    return 0;
+}

@@ -51,10 +51,14 @@ enum Backing {
         return fchmod(descriptor, cleared & 0o7777) == 0 ? (0, true) : (errno, false)
     }
 
-    /// The backing file open as `descriptor`; nil when `fstat` fails.
-    static func key(of descriptor: Int32) -> BackingKey? {
-        var attributes = stat()
-        return fstat(descriptor, &attributes) == 0 ? BackingKey(attributes) : nil
+    /// The backing file open as `descriptor`; nil (errno set) when it cannot be read.
+    static func key(of descriptor: Int32) -> BackingKey? { identity(of: descriptor)?.key }
+
+    /// The file's key and size, its times left unread (`clinux_identity`), or nil with errno set.
+    static func identity(of descriptor: Int32) -> (key: BackingKey, size: off_t)? {
+        var device: UInt64 = 0, inode: UInt64 = 0, size: Int64 = 0
+        guard clinux_identity(descriptor, &device, &inode, &size) == 0 else { return nil }
+        return (BackingKey(device: device, inode: inode), off_t(size))
     }
 
     /// An `O_PATH` descriptor on `name` in `directory`, never following a symlink.

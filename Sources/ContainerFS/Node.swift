@@ -718,12 +718,11 @@ final class NodeTable: @unchecked Sendable {
         state.withLock { $0.exposedInode(for: BackingKey(device: device, inode: inode)) }
     }
 
-    /// Records that `node` is about to be backed by the file with `attributes` (a publish renames
+    /// Records that `node` is about to be backed by the file with `key` (a publish renames
     /// it in). Done before the rename, so that a lookup racing with it finds this node, by either
     /// file until `finishRepublish`. Returns the previous key, for that or `abandonRepublish`.
-    func republish(_ node: Node, as attributes: stat) -> BackingKey {
-        let key = BackingKey(attributes)
-        return state.withLock { state in
+    func republish(_ node: Node, as key: BackingKey) -> BackingKey {
+        state.withLock { state in
             let previous = node.key
             state.aliases[previous] = nil
             node.beginReplacing(with: key)

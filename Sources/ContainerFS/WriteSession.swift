@@ -639,18 +639,16 @@ final class Shadows: @unchecked Sendable {
         // "Closes without a sync").
         // A sync, or a wait for the data, holds up no other request (io_uring's queues).
         if durably { RequestThreads.willWait() }
-        var attributes = stat()
-        guard fstat(session.shadow, &attributes) == 0 else { return errno }
-        let key = BackingKey(attributes)
+        guard let (key, size) = Backing.identity(of: session.shadow) else { return errno }
         // A durable publish has a record too where it spares syncs: a new file's where the file's
         // sync carries none of its names (ext4 without a journal; `syncFresh`), a rewrite's where it
         // carries them all (a journal; `syncSwapped`).
         let recordSparesSyncs = session.fresh ? !fileSyncCarriesNames : fileSyncCarriesNames
-        let records = recordsPublishes && unsynced.mayRecord(size: attributes.st_size, checksummed: session.covers(attributes.st_size))
+        let records = recordsPublishes && unsynced.mayRecord(size: size, checksummed: session.covers(size))
             && (session.fresh || canExchange) && (!durably || recordSparesSyncs)
         var record: [CChar] = []
         if records {
-            let (made, error) = session.record(size: attributes.st_size)
+            let (made, error) = session.record(size: size)
             guard let made else { return error }
             record = made.name(after: session.fresh ? session.shadowName : Shadows.replacedPrefix + session.shadowName)
         } else if !durably {
@@ -663,7 +661,7 @@ final class Shadows: @unchecked Sendable {
             if records {
                 guard renameat(directory, session.shadowName, directory, record) == 0 else { return errno }
                 let error = durably ? syncFresh(session.shadow, of: node, in: nodes) : 0
-                unsynced.add(UnsyncedPublish(key: key, size: attributes.st_size, file: session.shadow, record: record, previous: nil, versionPlace: nil))
+                unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: nil, versionPlace: nil))
                 session.shadow = -1
                 session.shadowName = []
                 return error
@@ -697,8 +695,8 @@ final class Shadows: @unchecked Sendable {
             }
         }
         let parent: Node, exchanged: Bool
-        let placement = durably ? moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records)
-            : renameCommits.renaming { moveIntoPlace(session.shadowName, attributes, of: node, in: nodes, mustExchange: records) }
+        let placement = durably ? moveIntoPlace(session.shadowName, key, of: node, in: nodes, mustExchange: records)
+            : renameCommits.renaming { moveIntoPlace(session.shadowName, key, of: node, in: nodes, mustExchange: records) }
         switch placement {
         case .moved(let directory, let swapped): (parent, exchanged) = (directory, swapped)
         case .gone:
@@ -710,11 +708,11 @@ final class Shadows: @unchecked Sendable {
         }
         if records {
             if durably {
-                let error = syncSwapped(session, record: record, of: key, size: attributes.st_size, node: node, in: nodes)
+                let error = syncSwapped(session, record: record, of: key, size: size, node: node, in: nodes)
                 guard error == 0 else { return error }
             }
             // The shadow's name now leads to the previous version, kept until the data is written.
-            unsynced.add(UnsyncedPublish(key: key, size: attributes.st_size, file: session.shadow, record: record, previous: session.shadowName,
+            unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: session.shadowName,
                                          versionPlace: versionPlace(of: node, in: nodes, by: session)))
             session.shadow = -1
         } else if exchanged {
@@ -746,7 +744,7 @@ final class Shadows: @unchecked Sendable {
         let error = errno
         var previous = stat()
         if fstatat(directory, session.shadowName, &previous, AT_SYMLINK_NOFOLLOW) == 0,
-           case .moved = moveIntoPlace(session.shadowName, previous, of: node, in: nodes, mustExchange: true) {
+           case .moved = moveIntoPlace(session.shadowName, BackingKey(previous), of: node, in: nodes, mustExchange: true) {
             // The shadow's name leads to the new version again, which the session discards.
             dropRecord(record, of: key)
             return error
@@ -858,7 +856,7 @@ final class Shadows: @unchecked Sendable {
     /// Puts the session's shadow in place of the file `node` shows, and points the node at it. The
     /// two swap places (the previous version then has the shadow's name) unless the filesystem
     /// cannot swap and `mustExchange` is false: then the shadow is renamed over the file.
-    private func moveIntoPlace(_ shadowName: [CChar], _ attributes: stat, of node: Node, in nodes: NodeTable,
+    private func moveIntoPlace(_ shadowName: [CChar], _ key: BackingKey, of node: Node, in nodes: NodeTable,
                                mustExchange: Bool) -> Placement {
         guard let (parent, name) = nodes.place(of: node) else { return .gone }
         return name.withCString { cName -> Placement in
@@ -867,7 +865,7 @@ final class Shadows: @unchecked Sendable {
                 return errno == ENOENT ? .gone : .failed(errno)
             }
             guard BackingKey(current) == node.key else { return .gone }
-            let previous = nodes.republish(node, as: attributes)
+            let previous = nodes.republish(node, as: key)
             var result = clinux_renameat2(directory, shadowName, parent.descriptor, cName, UInt32(RENAME_EXCHANGE))
             var exchanged = true
             if result != 0, errno == EINVAL, !mustExchange {
@@ -898,9 +896,8 @@ final class Shadows: @unchecked Sendable {
         // An empty copy of the file (mode, owner, attributes) swaps places with it.
         let empty = WriteSession()
         guard prepare(empty, of: node, truncated: true) == 0 else { return false }
-        var attributes = stat()
-        guard fstat(empty.shadow, &attributes) == 0,
-              case .moved = moveIntoPlace(empty.shadowName, attributes, of: node, in: nodes, mustExchange: true) else {
+        guard let emptyKey = Backing.key(of: empty.shadow),
+              case .moved = moveIntoPlace(empty.shadowName, emptyKey, of: node, in: nodes, mustExchange: true) else {
             discard(empty)
             return false
         }

@@ -36,4 +36,44 @@ final class FileSyncTests: XCTestCase {
         defer { close(tmpfs) }
         XCTAssertFalse(Backing.fileSyncCarriesNames(onFileSystemOf: tmpfs), "tmpfs")
     }
+
+    /// The daemon reads a file's key and size without its times (`Backing.identity`): a stat that
+    /// reads them makes the file's next write take a fine-grained timestamp, which ext4 journals,
+    /// and the fdatasync after it waits for that commit (docs/atomic-replace.md, "In-place writes").
+    func testTheDaemonsLookAtAFileLeavesItsTimesUnread() throws {
+        let path = NSTemporaryDirectory() + "identity-\(getpid())"
+        let file = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(file, 0)
+        defer {
+            close(file)
+            unlink(path)
+        }
+        /// How many of 20 second writes, each after `look`, changed the file's time of change:
+        /// one that read the times forces a new one (later than a clock read before it), one
+        /// that did not leaves the first write's, unless the coarse clock ticked meanwhile.
+        func movedTimes(after look: () -> Void) -> Int {
+            var moved = 0
+            for _ in 0..<20 {
+                var attributes = stat()
+                XCTAssertEqual(fstat(file, &attributes), 0)
+                XCTAssertEqual(pwrite(file, "a", 1, 0), 1)
+                var before = timespec()
+                clock_gettime(CLOCK_REALTIME, &before)
+                look()
+                XCTAssertEqual(pwrite(file, "b", 1, 0), 1)
+                XCTAssertEqual(fstat(file, &attributes), 0)
+                let after = attributes.st_ctim
+                if after.tv_sec > before.tv_sec || after.tv_sec == before.tv_sec && after.tv_nsec > before.tv_nsec { moved += 1 }
+            }
+            return moved
+        }
+        let byStat = movedTimes { var attributes = stat(); _ = fstat(file, &attributes) }
+        guard byStat == 20 else {
+            throw XCTSkip("the filesystem of \(path) keeps coarse times however they are read (kernels before 6.13, no multigrain timestamps): \(byStat) of 20 moved")
+        }
+        let expected = Backing.key(of: file)
+        let byIdentity = movedTimes { XCTAssertEqual(Backing.identity(of: file)?.key, expected) }
+        XCTAssertLessThan(byIdentity, 10, "second writes whose time moved after the daemon's look at the file")
+        XCTAssertEqual(Backing.identity(of: file)?.size, 1)
+    }
 }

@@ -104,7 +104,7 @@ final class NodeTableTests: XCTestCase {
             XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data("\(round)".utf8)))
             var attributes = stat()
             XCTAssertEqual(lstat(shadow, &attributes), 0)
-            let previous = nodes.republish(node, as: attributes)
+            let previous = nodes.republish(node, as: BackingKey(attributes))
             XCTAssertEqual(rename(shadow, directory + "/f"), 0)
             nodes.finishRepublish(node, previous: previous)
         }

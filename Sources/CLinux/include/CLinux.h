@@ -55,6 +55,11 @@ int clinux_ns_parent(int fd);
 int clinux_syncfs(int fd);
 /// The filesystem type (statfs's f_type) of what `fd` is on, or -1 with errno.
 long clinux_fs_type(int fd);
+/// The device, inode number and size of `fd`'s file (statx with AT_EMPTY_PATH), its times left
+/// unread: reading them makes the file's next write take a fine-grained timestamp, which ext4
+/// journals, and the next fdatasync waits for that commit (docs/atomic-replace.md, "In-place
+/// writes"). 0, or -1 with errno set.
+int clinux_identity(int fd, unsigned long long *device, unsigned long long *inode, long long *size);
 unsigned int clinux_major(dev_t device);
 unsigned int clinux_minor(dev_t device);
 /// Gives memory malloc keeps for later use back to the system.
