@@ -282,7 +282,7 @@ final class DiskLikeTests: MountedTestCase {
     /// A sync through the mount leaves the file's next write as a disk's sync does. Reading a
     /// file's times makes its next write take a fine-grained timestamp (Linux 6.13), which ext4
     /// journals, and the fdatasync after it waits for that commit; the daemon's sync read them
-    /// (SQLite in WAL mode: 0.52–0.62 ms a transaction against 0.45–0.48 without). Counted over
+    /// (SQLite in WAL mode: 0.50–0.62 ms a transaction against 0.45–0.48 without). Counted over
     /// rounds in which the coarse clock did not tick, which moves the times anyway.
     func testASyncLeavesTheNextWriteAsOnADisk() throws {
         func secondWrites(in directory: String, after look: String) -> String {
