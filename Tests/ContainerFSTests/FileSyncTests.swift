@@ -50,7 +50,8 @@ final class FileSyncTests: XCTestCase {
         }
         /// How many of 20 second writes, each after `look`, changed the file's time of change:
         /// one that read the times forces a new one (later than a clock read before it), one
-        /// that did not leaves the first write's, unless the coarse clock ticked meanwhile.
+        /// that did not leaves the first write's, unless the coarse clock ticked meanwhile or
+        /// another file took a fine-grained time (the clock's floor).
         func movedTimes(after look: () -> Void) -> Int {
             var moved = 0
             for _ in 0..<20 {
