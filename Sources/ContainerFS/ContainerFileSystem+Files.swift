@@ -551,7 +551,8 @@ extension ContainerFileSystem {
         guard handle.writesThroughSession else {
             // A change in place made since a record of the file's last publish went: that
             // removal is made durable first, or a cut could bring the record back over the change.
-            let error = handle.node.isRegularFile ? shadows.unsynced.settle(Backing.key(of: handle.descriptor)) : 0
+            var error: Int32 = 0
+            if handle.node.isRegularFile { error = Backing.key(of: handle.descriptor).map { shadows.unsynced.settle($0) } ?? errno }
             guard error == 0 else { return request.reply(error: error) }
             return request.reply(error: shadows.renameCommits.syncing {
                 Backing.check(dataOnly ? fdatasync(handle.descriptor) : Glibc.fsync(handle.descriptor))

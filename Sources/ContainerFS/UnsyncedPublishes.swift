@@ -348,8 +348,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// Before a sync of the file `key` names, which a change in place may have made since: its data
     /// written, and the removal of its link in the shadow directory durable, so that no cut brings
     /// back a record the change no longer matches. Returns 0 or the errno.
-    func settle(_ key: BackingKey?) -> Int32 {
-        guard let key else { return 0 }
+    func settle(_ key: BackingKey) -> Int32 {
         let error = waitForData(of: key)
         guard error == 0 else { return error }
         guard table.withLock({ $0.isUnsettled(key) }) else { return 0 }

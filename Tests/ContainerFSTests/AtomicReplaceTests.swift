@@ -543,6 +543,13 @@ extension AtomicReplaceTests {
         XCTAssertEqual(sh("stat -c %s Documents/synced-new.txt"), "0\n")
     }
 
+    /// A sync whose look at the file fails (`statx`, the disk failing) says so, in place and for a
+    /// publish alike, instead of syncing without the steps that need the file's key.
+    func testASyncThatCannotReadItsFileReportsIt() throws {
+        try write(to: "tmp/in-place.txt", "in place\\n", flags: "os.O_WRONLY | os.O_CREAT", whileFailing: "statx")
+        try write(to: "Documents/published.txt", "published\\n", flags: "os.O_WRONLY | os.O_CREAT", whileFailing: "statx")
+    }
+
     func testANewFileWhoseRecordCannotBeMadeIsReportedAtCloseAndLeftEmpty() throws {
         try mounted.failing("renameat,renameat2", with: "EIO") {
             syscall("""
