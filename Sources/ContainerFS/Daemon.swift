@@ -33,6 +33,9 @@ public struct MountConfiguration {
     public var passthrough = true
     /// Take requests through io_uring where the kernel offers it (docs/io-uring.md).
     public var ioUring = true
+    /// Mount even while another daemon serves some of the same containers (docs/lifecycle.md,
+    /// "One daemon a container").
+    public var allowOverlap = false
     /// How many previous versions of each file are kept, and for how long (docs/versions.md).
     public var versionLimits = VersionLimits()
     /// Files at least this large are rewritten through a redo log, where the store's filesystem
@@ -61,6 +64,11 @@ public enum Daemon {
         if let app = configuration.app, !store.isInstalled(app) {
             throw ContainerError("No app \(app) in the store \(store.root). `containerfs list \(store.root)` shows what is installed.")
         }
+        // Registered first: a mount refused as another daemon's overlap must not touch its containers.
+        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue, pid: getpid(),
+                                                           root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/")),
+                                               in: store, allowingOverlap: configuration.allowOverlap)
+        defer { close(lease) }
         try prepareContainers(apps, of: store)
         // Groups' containers show in a mount of the whole store; they have no tmp of their own.
         if configuration.app == nil { try store.groups().forEach(store.repairContainer) }
@@ -81,10 +89,6 @@ public enum Daemon {
             rootDescriptor = next
             rootZone = rootZone.child(named: name)
         }
-        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue, pid: getpid(),
-                                                           root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/")),
-                                               in: store)
-        defer { close(lease) }
         let shadowDirectory = try prepareShadowDirectory(in: store)
         defer { close(shadowDirectory) }
         let socketPath = try ControlSocket.path(for: getpid())
@@ -201,9 +205,11 @@ public enum Daemon {
 
     /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.
     private static func prepareContainers(_ apps: [AppID], of store: Store, repairing: Bool = true) throws {
+        // Another daemon's programs may be using tmp (-o allow_overlap): it is that daemon's to empty.
+        let others = try MountRegistry.active(in: store).filter { $0.pid != getpid() }
         for app in apps {
             if repairing { try store.repairContainer(app) }
-            try Lifecycle.emptyTmp(store: store, id: app)
+            if !others.contains(where: { $0.covers(app) }) { try Lifecycle.emptyTmp(store: store, id: app) }
         }
     }
 

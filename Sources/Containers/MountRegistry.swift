@@ -19,12 +19,21 @@ public struct ActiveMount: Codable, Sendable, Equatable {
     }
 
     public func covers(_ id: AppID) -> Bool { app == nil || app == id.rawValue }
+
+    /// Whether the two mounts show a container in common: one of the whole store shows every app's
+    /// and group's, one of an app alone only that app's.
+    public func overlaps(_ other: ActiveMount) -> Bool { app == nil || other.app == nil || app == other.app }
 }
 
 public enum MountRegistry {
     /// Registers this process as serving `mount`; the returned descriptor holds the lock until closed or exit.
-    public static func register(_ mount: ActiveMount, in store: Store) throws -> Int32 {
+    /// Refused while another daemon serves a container this one would, unless `allowingOverlap`
+    /// (docs/lifecycle.md, "One daemon a container").
+    public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false) throws -> Int32 {
         let directory = try store.makeWorkDirectory("mounts")
+        // One registration at a time: two daemons starting together would each miss the other.
+        guard flock(directory.fd, LOCK_EX) == 0 else { throw posixError("lock", directory.path) }
+        defer { flock(directory.fd, LOCK_UN) }
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
         // Emptied only once locked: a record by this name that someone holds is a live daemon's.
@@ -40,6 +49,24 @@ public enum MountRegistry {
                 : posixError("lock", path)
             close(descriptor)
             throw error
+        }
+        if !allowingOverlap {
+            do {
+                if let other = try active(in: directory, skipping: name).first(where: { $0.overlaps(mount) }) {
+                    throw ContainerError("""
+                        \(store.root): \(other.app.map { "\($0) is mounted alone" } ?? "the whole store is mounted") at \
+                        \(other.mountPoint) (daemon pid \(other.pid)), which shows containers this mount would show too. \
+                        A second daemon shares no locks with the first (the kernel keeps each mount's apart: flock and \
+                        SQLite through the two would not exclude each other), nor presenters or caches. Use that mount \
+                        (`mount --bind` shows it elsewhere too), unmount it first (`containerfs unmount \(other.mountPoint)`), \
+                        or mount with -o allow_overlap to run both all the same.
+                        """)
+                }
+            } catch {
+                unlinkat(directory.fd, name, 0)
+                close(descriptor)
+                throw error
+            }
         }
         let data = try JSONEncoder().encode(mount)
         // Others read the record to find the mount: a short or failed write is an error.
@@ -64,7 +91,12 @@ public enum MountRegistry {
     /// for none, a running daemon would pass for a dead one, and its work for leftovers.
     public static func active(in store: Store) throws -> [ActiveMount] {
         guard let directory = try store.workDirectory("mounts") else { return [] }
-        return try directory.names().filter { $0.hasSuffix(".json") }.compactMap { name in
+        return try active(in: directory)
+    }
+
+    /// The same, in the registry's directory, but for the record `skipping` (the caller's own).
+    private static func active(in directory: DirectoryHandle, skipping: String? = nil) throws -> [ActiveMount] {
+        try directory.names().filter { $0.hasSuffix(".json") && $0 != skipping }.compactMap { name in
             let path = directory.path + "/" + name
             let descriptor = openat(directory.fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             guard descriptor >= 0 else {

@@ -64,10 +64,11 @@ final class IslandTests: XCTestCase {
     }
 
     func testAnotherAppsContainerIsRefusedThroughDescriptorsAndOtherMounts() throws {
-        // The store mounted a second time: its daemon knows the app's processes too.
+        // The store mounted a second time (by a second daemon, as -o allow_overlap allows): its
+        // daemon knows the app's processes too.
         let second = mounted.root.appendingPathComponent("second").path
         try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
-        XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(second)) -o allow_other").status, 0)
+        XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(second)) -o allow_other,allow_overlap").status, 0)
         defer { _ = Shell.run("\(binary) unmount \(Shell.quote(second))") }
         let result = attemptsThroughPassedDescriptors(as: SampleApps.notes, [
             ("photos", mounted.container(SampleApps.photos) + "/Documents"),
@@ -303,7 +304,7 @@ final class IslandTests: XCTestCase {
         // A mount of Notes alone shows no group container: run says what to mount instead.
         let alone = mounted.root.appendingPathComponent("notes-alone").path
         try FileManager.default.createDirectory(atPath: alone, withIntermediateDirectories: true)
-        XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(alone)) --app \(SampleApps.notes)").status, 0)
+        XCTAssertEqual(Shell.run("\(binary) mount \(Shell.quote(mounted.store.root)) \(Shell.quote(alone)) --app \(SampleApps.notes) -o allow_overlap").status, 0)
         defer { _ = Shell.run("\(binary) unmount \(Shell.quote(alone))") }
         let refused = run(SampleApps.notes, "touch \"$HOME/Documents/started\"", in: alone)
         XCTAssertNotEqual(refused.status, 0)

@@ -107,6 +107,91 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: store))?.isEmpty == true }, "the daemon kept running after unmount")
     }
 
+    /// A second daemon for containers a running one serves is refused, and touches nothing: it
+    /// would share none of the first mount's locks (each FUSE mount is a filesystem of its own to
+    /// the kernel), and it emptied tmp under the first mount's programs. Apps mounted alone,
+    /// each by its own daemon, share nothing and mount side by side.
+    func testASecondDaemonForTheSameContainersIsRefusedAndTouchesNothing() throws {
+        let second = scratch.path + "/second"
+        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
+        let secondMounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(second) ") }
+        addTeardownBlock { if secondMounted() { _ = self.containerfs("unmount \(Shell.quote(second))") } }
+        _ = mountedDocuments(of: try Store.open(storePath))
+        let kept = mountPoint + "/" + SampleApps.notes + "/tmp/work.txt"
+        try "in use\n".write(toFile: kept, atomically: false, encoding: .utf8)
+        for arguments in ["", "--app \(SampleApps.notes)", "--app \(SampleApps.notes) -o root=Documents"] {
+            let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
+            XCTAssertNotEqual(refused.status, 0, arguments)
+            XCTAssertTrue(refused.error.contains("the whole store is mounted at \(mountPoint)") && refused.error.contains("-o allow_overlap"),
+                          refused.error)
+            XCTAssertFalse(secondMounted(), arguments)
+            XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "\(arguments): tmp kept")
+        }
+        XCTAssertEqual(try MountRegistry.active(in: Store.open(storePath)).map(\.mountPoint), [mountPoint], "no record left")
+
+        // Apps alone: another app mounts beside one, a second daemon of the same app does not, nor the whole store.
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) --app \(SampleApps.notes)").status, 0)
+        let photos = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.photos)")
+        XCTAssertEqual(photos.status, 0, photos.error)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
+        for arguments in ["", "--app \(SampleApps.notes)"] {
+            let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
+            XCTAssertTrue(refused.status != 0 && refused.error.contains("\(SampleApps.notes) is mounted alone at \(mountPoint)"),
+                          "\(arguments): \(refused.error)")
+        }
+    }
+
+    /// With -o allow_overlap two daemons serve the same containers, and neither empties tmp while
+    /// the other serves it: each did at its mount and unmount, under the other's programs. What
+    /// the option gives up is shown too: a lock taken through one mount does not keep out a
+    /// program on the other, where a bind mount of the first (what the refusal suggests) shares it.
+    func testOverlappingDaemonsLeaveEachOthersTmpAlone() throws {
+        let second = scratch.path + "/second"
+        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
+        let secondMounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(second) ") }
+        addTeardownBlock { if secondMounted() { _ = self.containerfs("unmount \(Shell.quote(second))") } }
+        _ = mountedDocuments(of: try Store.open(storePath))
+        let kept = mountPoint + "/" + SampleApps.notes + "/tmp/work.txt"
+        try "in use\n".write(toFile: kept, atomically: false, encoding: .utf8)
+        let overlapping = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) -o allow_overlap")
+        XCTAssertEqual(overlapping.status, 0, overlapping.error)
+        XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "kept at the second mount")
+        XCTAssertEqual(try? String(contentsOfFile: second + "/" + SampleApps.notes + "/tmp/work.txt", encoding: .utf8), "in use\n")
+
+        let documents = "/" + SampleApps.notes + "/Documents/locked"
+        let locks = Shell.run("""
+        touch \(Shell.quote(mountPoint + documents))
+        flock \(Shell.quote(mountPoint + documents)) -c 'touch \(Shell.quote(scratch.path))/held; sleep 3' &
+        while [ ! -e \(Shell.quote(scratch.path))/held ]; do sleep 0.05; done
+        flock -n \(Shell.quote(second + documents)) -c 'echo other mount: taken' || echo other mount: kept out
+        flock -n \(Shell.quote(mountPoint + documents)) -c 'echo same mount: taken' || echo same mount: kept out
+        wait
+        """, limit: 30)
+        XCTAssertEqual(locks.output, "other mount: taken\nsame mount: kept out\n", locks.error)
+        if geteuid() == 0 {
+            let bound = scratch.path + "/bound"
+            try FileManager.default.createDirectory(atPath: bound, withIntermediateDirectories: true)
+            let bind = Shell.run("""
+            mount --bind \(Shell.quote(mountPoint)) \(Shell.quote(bound)) || exit 1
+            flock \(Shell.quote(mountPoint + documents)) -c 'touch \(Shell.quote(scratch.path))/held2; sleep 3' &
+            while [ ! -e \(Shell.quote(scratch.path))/held2 ]; do sleep 0.05; done
+            flock -n \(Shell.quote(bound + documents)) -c 'echo bind mount: taken' || echo bind mount: kept out
+            wait
+            umount \(Shell.quote(bound))
+            """, limit: 30)
+            XCTAssertEqual(bind.output, "bind mount: kept out\n", bind.error)
+        } else {
+            print("skipped the bind mount's lock: mount --bind needs root")
+        }
+
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
+        XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "kept at the second unmount")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: try Store.open(storePath).tmpPath(AppID(SampleApps.notes)!) + "/work.txt"),
+                       "the last daemon empties it")
+    }
+
     /// `containerfs unmount` returns once the daemon has let go of the store: the store's own
     /// disk can be unmounted next. The daemon's last steps (its shadows removed, tmp emptied) are
     /// held back (strace delays each of its unlinks), as a busy machine would; the unmount
@@ -696,8 +781,11 @@ final class MountCommandTests: XCTestCase {
         }
         XCTAssertFalse(mounted(points[1]))
         XCTAssertTrue(errors.first?.contains("another process namespace") ?? false, "says why: \(errors)")
-        // The store still mounts beside the first daemon: its record reads.
-        let third = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        // The first daemon's record reads: a third mount is told where the store is mounted, and
+        // mounts beside it when asked to.
+        let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertTrue(refused.status != 0 && refused.error.contains("mounted at \(points[0])"), refused.error)
+        let third = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint)) -o allow_overlap")
         XCTAssertEqual(third.status, 0, third.error)
         XCTAssertTrue(isMounted)
         _ = containerfs("unmount \(Shell.quote(mountPoint))")

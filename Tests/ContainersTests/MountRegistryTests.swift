@@ -37,4 +37,30 @@ final class MountRegistryTests: XCTestCase {
         XCTAssertEqual(try MountRegistry.active(in: box.store), [])
         XCTAssertFalse(FileManager.default.fileExists(atPath: directory + "/4242.json"))
     }
+
+    /// A daemon is refused while another serves a container it would show: the whole store
+    /// overlaps every mount, an app alone only the same app. Refused, it leaves no record; asked
+    /// to (`allow_overlap`), it registers beside the other.
+    func testAMountOfContainersAnotherDaemonServesIsRefused() throws {
+        let box = try Sandbox(self)
+        let notes = try MountRegistry.register(ActiveMount(mountPoint: "/mnt/notes", app: "com.example.notes", pid: 4001), in: box.store)
+        defer { close(notes) }
+        let photos = try MountRegistry.register(ActiveMount(mountPoint: "/mnt/photos", app: "com.example.photos", pid: 4002), in: box.store)
+        defer { close(photos) }
+        for (mount, running) in [(ActiveMount(mountPoint: "/mnt/all", app: nil, pid: 4003), "com.example.notes is mounted alone at /mnt/notes"),
+                                 (ActiveMount(mountPoint: "/mnt/again", app: "com.example.photos", pid: 4003, root: "Documents"),
+                                  "com.example.photos is mounted alone at /mnt/photos")] {
+            XCTAssertThrowsError(try MountRegistry.register(mount, in: box.store)) { error in
+                XCTAssertTrue("\(error)".contains(running) && "\(error)".contains("allow_overlap"), "\(error)")
+            }
+        }
+        XCTAssertEqual(Set(try MountRegistry.active(in: box.store).map(\.pid)), [4001, 4002], "no record of the refused")
+        let overlapping = try MountRegistry.register(ActiveMount(mountPoint: "/mnt/all", app: nil, pid: 4003), in: box.store,
+                                                     allowingOverlap: true)
+        close(overlapping)
+
+        XCTAssertTrue(ActiveMount(mountPoint: "/a", app: nil, pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: "x.y", pid: 2)))
+        XCTAssertTrue(ActiveMount(mountPoint: "/a", app: "x.y", pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: nil, pid: 2)))
+        XCTAssertFalse(ActiveMount(mountPoint: "/a", app: "x.y", pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: "x.z", pid: 2)))
+    }
 }

@@ -26,6 +26,9 @@ struct Mount: ParsableCommand {
           no_io_uring            requests come through /dev/fuse even where the
                                  kernel offers io_uring (its fuse module's
                                  enable_uring)
+          allow_overlap          mount even while another daemon serves some of
+                                 the same containers (refused without it: the
+                                 two would share no locks, presenters or caches)
           presenter_timeout=S    seconds a presenter may take to answer (2)
           purge_below=SIZE       purge Library/Caches, oldest first, when the
                                  store's free space falls below SIZE
@@ -100,6 +103,7 @@ struct Mount: ParsableCommand {
         configuration.readinessDescriptor = readyFD
         configuration.passthrough = parsed.passthrough
         configuration.ioUring = parsed.ioUring
+        configuration.allowOverlap = parsed.allowOverlap
         configuration.purgeThreshold = parsed.purgeBelow
         if let interval = parsed.purgeInterval { configuration.purgeInterval = interval }
         if let timeout = parsed.presenterTimeout { configuration.presenterTimeout = .milliseconds(Int(timeout * 1000)) }
@@ -119,6 +123,7 @@ struct MountOptions {
     var presenterTimeout: Double?
     var passthrough = true
     var ioUring = true
+    var allowOverlap = false
     var versionLimits = VersionLimits()
     var largeFile: UInt64?
     var fuseOptions: [String] = []
@@ -189,6 +194,8 @@ struct MountOptions {
                 passthrough = false
             } else if option == "no_io_uring" {
                 ioUring = false
+            } else if option == "allow_overlap" {
+                allowOverlap = true
             } else if MountOptions.ignored.contains(option) || option.hasPrefix("x-") || option.hasPrefix("comment=") {
                 continue
             } else {
