@@ -26,14 +26,21 @@ public struct ActiveMount: Codable, Sendable, Equatable {
 }
 
 public enum MountRegistry {
+    /// What a registering daemon locks, in STORE/work/mounts.
+    static let registrationLock = "registering.lock"
+
     /// Registers this process as serving `mount`; the returned descriptor holds the lock until closed or exit.
     /// Refused while another daemon serves a container this one would, unless `allowingOverlap`
     /// (docs/lifecycle.md, "One daemon a container").
     public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false) throws -> Int32 {
         let directory = try store.makeWorkDirectory("mounts")
-        // One registration at a time: two daemons starting together would each miss the other.
-        guard flock(directory.fd, LOCK_EX) == 0 else { throw posixError("lock", directory.path) }
-        defer { flock(directory.fd, LOCK_UN) }
+        // One registration at a time: two daemons starting together would each miss the other. The
+        // lock is a file only the store's owner opens: anyone may lock a directory they can read,
+        // and hold every mount of the store back.
+        let registering = openat(directory.fd, registrationLock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard registering >= 0 else { throw posixError("open", directory.path + "/" + registrationLock) }
+        defer { close(registering) }
+        guard flock(registering, LOCK_EX) == 0 else { throw posixError("lock", directory.path + "/" + registrationLock) }
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
         // Emptied only once locked: a record by this name that someone holds is a live daemon's.
