@@ -205,11 +205,14 @@ public enum Daemon {
 
     /// At every mount the containers' fixed directories are repaired and tmp is emptied; at unmount tmp is emptied.
     private static func prepareContainers(_ apps: [AppID], of store: Store, repairing: Bool = true) throws {
-        // Another daemon's programs may be using tmp (-o allow_overlap): it is that daemon's to empty.
-        let others = try MountRegistry.active(in: store).filter { $0.pid != getpid() }
-        for app in apps {
-            if repairing { try store.repairContainer(app) }
-            if !others.contains(where: { $0.covers(app) }) { try Lifecycle.emptyTmp(store: store, id: app) }
+        // Another daemon's programs may be using tmp (-o allow_overlap): it is that daemon's to empty,
+        // and none starts meanwhile.
+        try MountRegistry.excludingRegistrations(in: store) { _ in
+            let others = try MountRegistry.active(in: store).filter { $0.pid != getpid() }
+            for app in apps {
+                if repairing { try store.repairContainer(app) }
+                if !others.contains(where: { $0.covers(app) }) { try Lifecycle.emptyTmp(store: store, id: app) }
+            }
         }
     }
 

@@ -33,14 +33,27 @@ public enum MountRegistry {
     /// Refused while another daemon serves a container this one would, unless `allowingOverlap`
     /// (docs/lifecycle.md, "One daemon a container").
     public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false) throws -> Int32 {
+        // One registration at a time: two daemons starting together would each miss the other.
+        try excludingRegistrations(in: store) { directory in
+            try register(mount, in: directory, of: store, allowingOverlap: allowingOverlap)
+        }
+    }
+
+    /// Runs `body` (given the registry's directory) while no daemon registers: what it finds
+    /// registered stays so, but for daemons that stop. The lock is a file only the store's owner
+    /// opens: anyone may lock a directory they can read, and hold every mount of the store back.
+    @discardableResult
+    public static func excludingRegistrations<T>(in store: Store, _ body: (DirectoryHandle) throws -> T) throws -> T {
         let directory = try store.makeWorkDirectory("mounts")
-        // One registration at a time: two daemons starting together would each miss the other. The
-        // lock is a file only the store's owner opens: anyone may lock a directory they can read,
-        // and hold every mount of the store back.
         let registering = openat(directory.fd, registrationLock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard registering >= 0 else { throw posixError("open", directory.path + "/" + registrationLock) }
         defer { close(registering) }
         guard flock(registering, LOCK_EX) == 0 else { throw posixError("lock", directory.path + "/" + registrationLock) }
+        return try body(directory)
+    }
+
+    private static func register(_ mount: ActiveMount, in directory: DirectoryHandle, of store: Store,
+                                 allowingOverlap: Bool) throws -> Int32 {
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
         // Emptied only once locked: a record by this name that someone holds is a live daemon's.

@@ -107,11 +107,9 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: store))?.isEmpty == true }, "the daemon kept running after unmount")
     }
 
-    /// A second daemon for containers a running one serves is refused, and touches nothing: it
-    /// would share none of the first mount's locks (each FUSE mount is a filesystem of its own to
-    /// the kernel), and it emptied tmp under the first mount's programs. Apps mounted alone,
-    /// each by its own daemon, share nothing and mount side by side.
-    func testASecondDaemonForTheSameContainersIsRefusedAndTouchesNothing() throws {
+    /// The whole store mounted at the mount point, with a file in notes' tmp, and a second mount
+    /// point, unmounted at teardown if the test mounted it.
+    private func storeMountedWithAFileInTmp() throws -> (kept: String, second: String, secondMounted: () -> Bool) {
         let second = scratch.path + "/second"
         try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
         let secondMounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(second) ") }
@@ -119,6 +117,15 @@ final class MountCommandTests: XCTestCase {
         _ = mountedDocuments(of: try Store.open(storePath))
         let kept = mountPoint + "/" + SampleApps.notes + "/tmp/work.txt"
         try "in use\n".write(toFile: kept, atomically: false, encoding: .utf8)
+        return (kept, second, secondMounted)
+    }
+
+    /// A second daemon for containers a running one serves is refused, and touches nothing: it
+    /// would share none of the first mount's locks (each FUSE mount is a filesystem of its own to
+    /// the kernel), and it emptied tmp under the first mount's programs. Apps mounted alone,
+    /// each by its own daemon, share nothing and mount side by side.
+    func testASecondDaemonForTheSameContainersIsRefusedAndTouchesNothing() throws {
+        let (kept, second, secondMounted) = try storeMountedWithAFileInTmp()
         for arguments in ["", "--app \(SampleApps.notes)", "--app \(SampleApps.notes) -o root=Documents"] {
             let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
             XCTAssertNotEqual(refused.status, 0, arguments)
@@ -170,13 +177,7 @@ final class MountCommandTests: XCTestCase {
     /// the option gives up is shown too: a lock taken through one mount does not keep out a
     /// program on the other, where a bind mount of the first (what the refusal suggests) shares it.
     func testOverlappingDaemonsLeaveEachOthersTmpAlone() throws {
-        let second = scratch.path + "/second"
-        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
-        let secondMounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(second) ") }
-        addTeardownBlock { if secondMounted() { _ = self.containerfs("unmount \(Shell.quote(second))") } }
-        _ = mountedDocuments(of: try Store.open(storePath))
-        let kept = mountPoint + "/" + SampleApps.notes + "/tmp/work.txt"
-        try "in use\n".write(toFile: kept, atomically: false, encoding: .utf8)
+        let (kept, second, secondMounted) = try storeMountedWithAFileInTmp()
         let overlapping = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) -o allow_overlap")
         XCTAssertEqual(overlapping.status, 0, overlapping.error)
         XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "kept at the second mount")
