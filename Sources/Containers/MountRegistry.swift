@@ -23,6 +23,23 @@ public struct ActiveMount: Codable, Sendable, Equatable {
     /// Whether the two mounts show a container in common: one of the whole store shows every app's
     /// and group's, one of an app alone only that app's.
     public func overlaps(_ other: ActiveMount) -> Bool { app == nil || other.app == nil || app == other.app }
+
+    /// Where in this mount `wanted` shows already, for a bind mount of it; nil if it shows only part.
+    public func place(of wanted: ActiveMount) -> String? {
+        var path = mountPoint
+        if app == nil {
+            guard let wantedApp = wanted.app else { return wanted.root == nil ? path : nil }
+            path += "/" + wantedApp
+        } else if app != wanted.app {
+            return nil
+        }
+        switch (root, wanted.root) {
+        case (nil, nil): return path
+        case (nil, let wantedRoot?): return path + "/" + wantedRoot
+        case (let root?, let wantedRoot?) where root == wantedRoot: return path
+        default: return nil
+        }
+    }
 }
 
 public enum MountRegistry {
@@ -73,13 +90,16 @@ public enum MountRegistry {
         if !allowingOverlap {
             do {
                 if let other = try active(in: directory, skipping: name).first(where: { $0.overlaps(mount) }) {
+                    let bind = other.place(of: mount).map {
+                        " (as root, `mount --bind \(shellWord($0)) \(shellWord(mount.mountPoint))` shows it here)"
+                    } ?? ""
                     throw ContainerError("""
                         \(store.root): \(other.app.map { "\($0) is mounted alone" } ?? "the whole store is mounted") at \
                         \(other.mountPoint) (daemon pid \(other.pid)), which shows containers this mount would show too. \
                         A second daemon shares no locks with the first (the kernel keeps each mount's apart: flock and \
-                        SQLite through the two would not exclude each other), nor presenters or caches. Use that mount \
-                        (`mount --bind` shows it elsewhere too), unmount it first (`containerfs unmount \(other.mountPoint)`), \
-                        or mount with -o allow_overlap to run both all the same.
+                        SQLite through the two would not exclude each other), nor presenters or caches. Use that \
+                        mount\(bind), unmount it first (`containerfs unmount \(other.mountPoint)`), or mount with \
+                        -o allow_overlap to run both all the same.
                         """)
                 }
             } catch {
@@ -150,6 +170,14 @@ public enum MountRegistry {
             usleep(10_000)
         }
         throw ContainerError("\(path): a running daemon's record cannot be read (\(lastError)); stop that daemon (its pid is the file's name), then try again.")
+    }
+
+    /// `path` as one word of a shell command, for a message to copy from.
+    static func shellWord(_ path: String) -> String {
+        let plain = path.utf8.allSatisfy { byte in
+            (byte >= 0x30 && byte <= 0x39) || (byte | 0x20 >= 0x61 && byte | 0x20 <= 0x7a) || "/._-+,:@".utf8.contains(byte)
+        }
+        return plain && !path.isEmpty ? path : "'" + path.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 
     /// Fails with a message that says how to go on when a daemon serves `id`.

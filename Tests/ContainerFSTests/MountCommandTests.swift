@@ -126,11 +126,13 @@ final class MountCommandTests: XCTestCase {
     /// each by its own daemon, share nothing and mount side by side.
     func testASecondDaemonForTheSameContainersIsRefusedAndTouchesNothing() throws {
         let (kept, second, secondMounted) = try storeMountedWithAFileInTmp()
-        for arguments in ["", "--app \(SampleApps.notes)", "--app \(SampleApps.notes) -o root=Documents"] {
+        let notes = mountPoint + "/" + SampleApps.notes
+        for (arguments, shown) in [("", mountPoint), ("--app \(SampleApps.notes)", notes),
+                                   ("--app \(SampleApps.notes) -o root=Documents", notes + "/Documents")] {
             let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
             XCTAssertNotEqual(refused.status, 0, arguments)
-            XCTAssertTrue(refused.error.contains("the whole store is mounted at \(mountPoint)") && refused.error.contains("-o allow_overlap"),
-                          refused.error)
+            XCTAssertTrue(refused.error.contains("the whole store is mounted at \(mountPoint)") && refused.error.contains("-o allow_overlap")
+                          && refused.error.contains("`mount --bind \(shown) \(second)`"), refused.error)
             XCTAssertFalse(secondMounted(), arguments)
             XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "\(arguments): tmp kept")
         }
@@ -142,9 +144,10 @@ final class MountCommandTests: XCTestCase {
         let photos = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.photos)")
         XCTAssertEqual(photos.status, 0, photos.error)
         XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
-        for arguments in ["", "--app \(SampleApps.notes)"] {
+        for (arguments, bind) in [("", nil), ("--app \(SampleApps.notes)", "`mount --bind \(mountPoint) \(second)`")] {
             let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
-            XCTAssertTrue(refused.status != 0 && refused.error.contains("\(SampleApps.notes) is mounted alone at \(mountPoint)"),
+            XCTAssertTrue(refused.status != 0 && refused.error.contains("\(SampleApps.notes) is mounted alone at \(mountPoint)")
+                          && refused.error.contains("mount --bind") == (bind != nil) && bind.map(refused.error.contains) ?? true,
                           "\(arguments): \(refused.error)")
         }
     }

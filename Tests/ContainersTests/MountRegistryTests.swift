@@ -63,4 +63,23 @@ final class MountRegistryTests: XCTestCase {
         XCTAssertTrue(ActiveMount(mountPoint: "/a", app: "x.y", pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: nil, pid: 2)))
         XCTAssertFalse(ActiveMount(mountPoint: "/a", app: "x.y", pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: "x.z", pid: 2)))
     }
+
+    /// Where a running mount shows what another mount asks for: the refusal's bind mount.
+    func testARunningMountSaysWhereItShowsAnotherMountsView() {
+        let whole = ActiveMount(mountPoint: "/srv/apps", app: nil, pid: 1)
+        let notes = ActiveMount(mountPoint: "/srv/notes", app: "x.notes", pid: 1)
+        let notesDocuments = ActiveMount(mountPoint: "/srv/docs", app: "x.notes", pid: 1, root: "Documents")
+        let want = { (app: String?, root: String?) in ActiveMount(mountPoint: "/mnt/b", app: app, pid: 2, root: root) }
+        XCTAssertEqual(whole.place(of: want(nil, nil)), "/srv/apps")
+        XCTAssertEqual(whole.place(of: want("x.notes", nil)), "/srv/apps/x.notes")
+        XCTAssertEqual(whole.place(of: want("x.notes", "Documents/Old")), "/srv/apps/x.notes/Documents/Old")
+        XCTAssertEqual(notes.place(of: want("x.notes", "Documents")), "/srv/notes/Documents")
+        XCTAssertEqual(notesDocuments.place(of: want("x.notes", "Documents")), "/srv/docs")
+        XCTAssertNil(notes.place(of: want(nil, nil)), "an app alone shows part of the store")
+        XCTAssertNil(notesDocuments.place(of: want("x.notes", nil)), "a directory shows part of the container")
+        XCTAssertNil(notesDocuments.place(of: want("x.notes", "Library")))
+        XCTAssertNil(notes.place(of: want("x.photos", nil)))
+        XCTAssertEqual(MountRegistry.shellWord("/srv/apps/x.notes"), "/srv/apps/x.notes")
+        XCTAssertEqual(MountRegistry.shellWord("/mnt/my notes/it's"), "'/mnt/my notes/it'\\''s'")
+    }
 }
