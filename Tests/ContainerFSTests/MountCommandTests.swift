@@ -50,8 +50,10 @@ final class MountCommandTests: XCTestCase {
         return mountPoint + "/" + SampleApps.notes + "/Documents"
     }
 
-    private var isMounted: Bool {
-        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(mountPoint) ")
+    private var isMounted: Bool { isMounted(mountPoint) }
+
+    private func isMounted(_ point: String) -> Bool {
+        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ")
     }
 
     private func containerfs(_ arguments: String, environment: String = "") -> Shell.Result {
@@ -112,7 +114,7 @@ final class MountCommandTests: XCTestCase {
     private func storeMountedWithAFileInTmp() throws -> (kept: String, second: String, secondMounted: () -> Bool) {
         let second = scratch.path + "/second"
         try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
-        let secondMounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(second) ") }
+        let secondMounted = { self.isMounted(second) }
         addTeardownBlock { if secondMounted() { _ = self.containerfs("unmount \(Shell.quote(second))") } }
         _ = mountedDocuments(of: try Store.open(storePath))
         let kept = mountPoint + "/" + SampleApps.notes + "/tmp/work.txt"
@@ -752,7 +754,7 @@ final class MountCommandTests: XCTestCase {
             daemon.standardOutput = FileHandle.nullDevice
             daemon.standardError = FileHandle.nullDevice
             try daemon.run()
-            let mounted = { ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ") }
+            let mounted = { self.isMounted(point) }
             addTeardownBlock {
                 if mounted() { _ = Shell.run("fusermount3 -u -z \(Shell.quote(point))") }
                 daemon.terminate()
@@ -776,9 +778,7 @@ final class MountCommandTests: XCTestCase {
         try XCTSkipIf(Shell.run("command -v unshare").status != 0, "unshare is not installed (scripts/setup.sh installs util-linux)")
         var daemons: [Process] = []
         var points: [String] = []
-        func mounted(_ point: String) -> Bool {
-            ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(point) ")
-        }
+        let mounted = { (point: String) in self.isMounted(point) }
         addTeardownBlock {
             for point in points where mounted(point) { _ = Shell.run("fusermount3 -u -z \(Shell.quote(point))") }
             for daemon in daemons {
