@@ -75,11 +75,17 @@ final class UnsyncedPublish: Sendable {
     /// errno; whether what follows it is done; and its names (a rename may give it a previous version).
     private let state: Locked<(file: Int32, written: Int32?, done: Bool, names: Names)>
 
-    init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: VersionKeeper.Place?) {
+    /// `synced`: the publish's own sync made its data and record durable; the file is closed here.
+    init(key: BackingKey, size: off_t, file: Int32, record: [CChar], previous: [CChar]?, versionPlace: VersionKeeper.Place?,
+         synced: Bool = false) {
         self.key = key
         self.size = size
-        state = Locked((file, nil, false, Names(record: record, previous: previous, versionPlace: versionPlace)))
+        if synced { close(file) }
+        state = Locked((synced ? -1 : file, synced ? 0 : nil, false, Names(record: record, previous: previous, versionPlace: versionPlace)))
     }
+
+    /// Whether its data is written (or its write failed): nothing is left to wait for.
+    var isWritten: Bool { state.withLock { $0.written != nil } }
 
     /// A new file's mark that could not go when its session ended (the file is its empty published
     /// version): removed like a record, with no data to wait for.
@@ -381,11 +387,12 @@ final class UnsyncedPublishes: @unchecked Sendable {
         defer { scheduleSettle() }
         guard !batch.isEmpty else { return false }
         // A sync begun after their closes wrote their data; if it failed somewhere, each file's own
-        // write says where.
-        if batch.count >= UnsyncedPublishes.syncedTogether, clinux_syncfs(directory) == 0 {
-            for publish in batch { publish.dataWritten() }
+        // write says where. Those their own sync wrote (an fsync) need none.
+        let unwritten = batch.filter { !$0.isWritten }
+        if unwritten.count >= UnsyncedPublishes.syncedTogether, clinux_syncfs(directory) == 0 {
+            for publish in unwritten { publish.dataWritten() }
         } else {
-            for publish in batch { publish.startWriting() }
+            for publish in unwritten { publish.startWriting() }
         }
         for publish in batch { finish(publish) }
         return true

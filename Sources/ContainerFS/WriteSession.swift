@@ -661,7 +661,9 @@ final class Shadows: @unchecked Sendable {
             if records {
                 guard renameat(directory, session.shadowName, directory, record) == 0 else { return errno }
                 let error = durably ? syncFresh(session.shadow, of: node, in: nodes) : 0
-                unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: nil, versionPlace: nil))
+                // Synced, the file needs no previous version: a rename over another keeps none for it.
+                unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: nil, versionPlace: nil,
+                                             synced: durably && error == 0))
                 session.shadow = -1
                 session.shadowName = []
                 return error
@@ -713,7 +715,7 @@ final class Shadows: @unchecked Sendable {
             }
             // The shadow's name now leads to the previous version, kept until the data is written.
             unsynced.add(UnsyncedPublish(key: key, size: size, file: session.shadow, record: record, previous: session.shadowName,
-                                         versionPlace: versionPlace(of: node, in: nodes, by: session)))
+                                         versionPlace: versionPlace(of: node, in: nodes, by: session), synced: durably))
             session.shadow = -1
         } else if exchanged {
             // The shadow's name now leads to the previous version: kept as a version, or removed.
