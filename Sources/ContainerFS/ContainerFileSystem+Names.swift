@@ -88,7 +88,7 @@ extension ContainerFileSystem {
         // A new name for an item that exists: its owner stays.
         makeItem(request, parent: newParent, name: newName, type: nil) { parent, name in
             // The new name must not be durable before the data of an unsynced publish.
-            let waited = self.shadows.unsynced.waitForData(of: node.currentKey)
+            let waited = self.shadows.unsynced.waitForWrite(of: node.currentKey)
             guard waited == 0 else {
                 errno = waited
                 return -1
@@ -174,9 +174,9 @@ extension ContainerFileSystem {
                     // As ext4 writes a file renamed over another first: the rename must not be
                     // durable before the data of an unsynced publish (and a data write that failed
                     // is heard, the name unchanged).
-                    var waited = replacesFile ? unsynced.waitForRetirement(of: sourceKey) : unsynced.waitForData(of: sourceKey)
+                    var waited = replacesFile ? unsynced.waitForRetirement(of: sourceKey) : unsynced.waitForWrite(of: sourceKey)
                     if waited == 0, exchanges, let destinationKey {
-                        waited = unsynced.waitForData(of: destinationKey)
+                        waited = unsynced.waitForWrite(of: destinationKey)
                     }
                     guard waited == 0 else { return waited }
                     if replacesFile { self.keepReachable(newPointer, in: to) }
@@ -192,7 +192,7 @@ extension ContainerFileSystem {
                         return renamed
                     }
                     if replacesFile {
-                        waited = unsynced.waitForData(of: sourceKey)
+                        waited = unsynced.waitForWrite(of: sourceKey)
                         guard waited == 0 else { return waited }
                     }
                     if let place, let versions = self.shadows.versions {

@@ -84,8 +84,9 @@ final class UnsyncedPublish: Sendable {
         state = Locked((synced ? -1 : file, synced ? 0 : nil, false, Names(record: record, previous: previous, versionPlace: versionPlace)))
     }
 
-    /// Whether its data is written (or its write failed): nothing is left to wait for.
-    var isWritten: Bool { state.withLock { $0.written != nil } }
+    /// The outcome of its data's write, 0 or an errno; nil while the data is not written.
+    var written: Int32? { state.withLock { $0.written } }
+    var isWritten: Bool { written != nil }
 
     /// A new file's mark that could not go when its session ended (the file is its empty published
     /// version): removed like a record, with no data to wait for.
@@ -296,6 +297,14 @@ final class UnsyncedPublishes: @unchecked Sendable {
         guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
         RequestThreads.willWait()
         return finish(publish)
+    }
+
+    /// Waits for the data of the version `key` names, as `waitForData`, but leaves a written
+    /// version's record to the background: a rename or a link of the file needs its data on the
+    /// disk first, where a change in place needs the record gone too. Returns 0 or the errno.
+    func waitForWrite(of key: BackingKey) -> Int32 {
+        if let written = waiting.withLock({ $0.jobs[key] })?.written, retiring.withLock({ $0.byFile[key] == nil }) { return written }
+        return waitForData(of: key)
     }
 
     // MARK: Logs waiting for their retirement

@@ -101,4 +101,36 @@ final class UnsyncedPublishesTests: XCTestCase {
             XCTAssertFalse(unsynced.hasFailed)
         }
     }
+
+    /// A version its own fsync wrote (`synced`) takes no previous version from a rename, and a
+    /// rename or link (`waitForWrite`) leaves its record to the background, where a change in place
+    /// (`waitForData`) removes it first.
+    func testASyncedVersionIsWrittenAndOnlyAChangeInPlaceTakesItsRecordAway() throws {
+        try withDirectory { path, directory in
+            let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 },
+                                             versions: nil, gathering: .seconds(3600))
+            let file = open(path + "/fresh-1", O_RDWR | O_CREAT, 0o600)
+            XCTAssertGreaterThanOrEqual(file, 0)
+            XCTAssertEqual(write(file, "new", 3), 3)
+            XCTAssertEqual(rename(path + "/fresh-1", path + "/fresh-1.3.0"), 0)
+            var attributes = stat()
+            XCTAssertEqual(fstat(file, &attributes), 0)
+            let key = BackingKey(attributes)
+            unsynced.linked(key)
+            let publish = UnsyncedPublish(key: key, size: 3, file: file, record: Array("fresh-1.3.0".utf8CString),
+                                          previous: nil, versionPlace: nil, synced: true)
+            XCTAssertEqual(fcntl(file, F_GETFD), -1, "the publish closed the file it no longer writes")
+            XCTAssertEqual(publish.written, 0)
+            XCTAssertNil(publish.withNamesIfUnwritten { _ in true }, "a rename gives it no previous version")
+            unsynced.add(publish)
+
+            XCTAssertEqual(unsynced.waitForWrite(of: key), 0)
+            XCTAssertTrue(FileManager.default.fileExists(atPath: path + "/fresh-1.3.0"), "a rename leaves the record")
+            XCTAssertTrue(unsynced.hasLink(key))
+            XCTAssertEqual(unsynced.waitForData(of: key), 0)
+            XCTAssertFalse(FileManager.default.fileExists(atPath: path + "/fresh-1.3.0"), "a change in place waits for its removal")
+            XCTAssertFalse(unsynced.hasLink(key))
+            XCTAssertFalse(unsynced.hasFailed)
+        }
+    }
 }
