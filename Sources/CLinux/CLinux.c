@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <sys/syscall.h>
 #include <signal.h>
+#include <sched.h>
 #include <linux/capability.h>
 #include <isa-l/crc.h>
 
@@ -96,6 +97,14 @@ long clinux_fs_type(int fd) {
 unsigned int clinux_major(dev_t device) { return major(device); }
 unsigned int clinux_minor(dev_t device) { return minor(device); }
 int clinux_malloc_trim(size_t pad) { return malloc_trim(pad); }
+int clinux_become_batch(void) {
+    static __thread int batch;
+    if (batch) return 0;
+    struct sched_param parameters = { .sched_priority = 0 };
+    if (sched_setscheduler(0, SCHED_BATCH, &parameters) != 0) return -1;
+    batch = 1;
+    return 0;
+}
 size_t clinux_malloc_usable_size(void *pointer) { return malloc_usable_size(pointer); }
 
 ssize_t clinux_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }

@@ -631,7 +631,7 @@ final class NodeTable: @unchecked Sendable {
         if forgotten { release(node) }
         // malloc keeps what was freed for later use; after the kernel forgot thousands of files, the
         // daemon gives it back to the system.
-        if shrunk { DispatchQueue.global(qos: .utility).async { _ = clinux_malloc_trim(0) } }
+        if shrunk { DispatchQueue.global(qos: .utility).asyncInBackground { _ = clinux_malloc_trim(0) } }
     }
 
     /// Drops the kernel's reference to a forgotten node. Closing the last descriptor on an unlinked

@@ -283,8 +283,8 @@ final class UnsyncedPublishes: @unchecked Sendable {
         }
         // Gathered: a loop of closes costs one sync of the filesystem a batch, where a write and a
         // wait for each file cost the background more than the closes themselves.
-        if first { queue.asyncAfter(deadline: .now() + gathering) { self.drain() } }
-        if full { queue.async { self.drain() } }
+        if first { queue.asyncInBackground(after: gathering) { self.drain() } }
+        if full { queue.asyncInBackground { self.drain() } }
     }
 
     /// Waits for the data of the version `key` names, if it waits for it: before a rename or a
@@ -418,7 +418,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
             return true
         }
         guard schedule else { return }
-        queue.async {
+        queue.asyncInBackground {
             self.waiting.withLock { $0.settleScheduled = false }
             // As a failed write: the removals stay unsettled (a sync of such a file syncs and
             // reports), and closes wait for their data again.

@@ -111,7 +111,7 @@ public final class VersionKeeper: @unchecked Sendable {
     /// version later: `UnsyncedPublish`).
     func keep(_ name: [CChar], in directory: Int32, at place: Place, replacedAt replaced: Date = Date(),
               moment: UInt64 = DispatchTime.now().uptimeNanoseconds) {
-        queue.async { [self] in
+        queue.asyncInBackground { [self] in
             var attributes = stat()
             if fstatat(directory, name, &attributes, AT_SYMLINK_NOFOLLOW) == 0, attributes.st_size > 0 {
                 // Within a burst the version from before it stays the file's last kept: this one
@@ -163,7 +163,7 @@ public final class VersionKeeper: @unchecked Sendable {
 
     /// The save renamed over the version's file: it is kept now.
     func replaced(_ version: Kept, of place: ItemPath) {
-        queue.async { self.retain(version, of: place) }
+        queue.asyncInBackground { self.retain(version, of: place) }
     }
 
     /// Waits for the versions being put aside (at unmount: a later mount would remove them).
@@ -190,7 +190,7 @@ public final class VersionKeeper: @unchecked Sendable {
 
     /// A write found the store's filesystem full.
     func spaceRanOut() {
-        queue.async { [self] in
+        queue.asyncInBackground { [self] in
             if floorDirectory >= 0 { _ = spaceAllowsVersions(onFilesystemOf: floorDirectory) }
         }
     }
@@ -212,7 +212,7 @@ public final class VersionKeeper: @unchecked Sendable {
         let floor = limits.floor ?? UInt64(disk.f_blocks) * UInt64(disk.f_frsize) / 10
         guard free < floor else { return true }
         let removal = withRetention { $0.freeSpace(needed: floor - free) }
-        queue.async { self.remove(removal) }
+        queue.asyncInBackground { self.remove(removal) }
         return false
     }
 

@@ -247,7 +247,7 @@ final class Shadows: @unchecked Sendable {
     /// A spare of `kind`, if there is one, its times set to now as a new file's would be.
     private func takeSpare(_ kind: SpareKind) -> Spare? {
         let (spare, left) = spares.withLock { spares in (spares[kind].popLast(), spares[kind].count) }
-        if left < Shadows.sparesKept / 2 { remover.async { self.makeSpares(kind) } }
+        if left < Shadows.sparesKept / 2 { remover.asyncInBackground { self.makeSpares(kind) } }
         guard let spare else { return nil }
         if futimens(spare.descriptor, nil) == 0 { return spare }
         close(spare.descriptor)
@@ -723,7 +723,7 @@ final class Shadows: @unchecked Sendable {
             if let versions, let place = versionPlace(of: node, in: nodes, by: session) {
                 versions.keep(name, in: directory, at: place)
             } else {
-                remover.async { self.removeOrReuse(name) }
+                remover.asyncInBackground { self.removeOrReuse(name) }
             }
         }
         session.shadowName = []
@@ -1167,7 +1167,7 @@ final class Shadows: @unchecked Sendable {
     /// Removes a log no longer needed (or makes it a spare), in the background: freeing its
     /// blocks costs a sixth of a cold change.
     private func drop(_ published: PublishedLog) {
-        remover.async {
+        remover.asyncInBackground {
             close(published.log)
             self.removeOrReuse(published.logName)
         }

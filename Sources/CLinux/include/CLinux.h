@@ -64,6 +64,9 @@ unsigned int clinux_major(dev_t device);
 unsigned int clinux_minor(dev_t device);
 /// Gives memory malloc keeps for later use back to the system.
 int clinux_malloc_trim(size_t pad);
+/// Makes the calling thread SCHED_BATCH, once per thread (later calls do nothing): woken, it no
+/// longer preempts the thread that woke it. 0, or -1 with errno set.
+int clinux_become_batch(void);
 /// The bytes malloc gave the block at `pointer` (its chunk's size, less malloc's own word).
 size_t clinux_malloc_usable_size(void *pointer);
 

@@ -1,0 +1,33 @@
+@testable import ContainerFS
+import Coordination
+import Dispatch
+import Glibc
+import XCTest
+
+/// Work no request waits for runs on threads that do not preempt a request's (SCHED_BATCH).
+final class BackgroundWorkTests: XCTestCase {
+    /// SCHED_BATCH (linux/sched.h), which Glibc's module does not bring.
+    private let batch: Int32 = 3
+
+    func testBackgroundWorkRunsAsBatchAndLeavesOrdinaryWorkAlone() {
+        let queue = DispatchQueue(label: "background-work-test", qos: .utility)
+        let policies = Locked<[Int32]>([])
+        let done = DispatchGroup()
+        done.enter()
+        queue.asyncInBackground {
+            policies.withLock { $0.append(sched_getscheduler(0)) }
+            done.leave()
+        }
+        done.enter()
+        queue.asyncInBackground(after: .milliseconds(10)) {
+            policies.withLock { $0.append(sched_getscheduler(0)) }
+            done.leave()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(policies.withLock { $0 }, [batch, batch])
+        XCTAssertEqual(sched_getscheduler(0), SCHED_OTHER, "the thread that queued it is as it was")
+        let ordinary = Locked<Int32>(-1)
+        DispatchQueue(label: "ordinary-work-test").sync { ordinary.withLock { $0 = sched_getscheduler(0) } }
+        XCTAssertEqual(ordinary.withLock { $0 }, SCHED_OTHER)
+    }
+}
