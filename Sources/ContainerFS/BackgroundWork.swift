@@ -6,7 +6,8 @@ extension DispatchQueue {
     /// not preempt the thread that woke it (SCHED_BATCH, at the same share of the CPU). Woken as an
     /// ordinary thread, such work took the CPU of the request that queued it before the request
     /// answered: a tenth of an editor's saves waited 0.3-0.8 ms for a spare being made
-    /// (docs/atomic-replace.md, "Shadows are made ahead"). The queue's QoS must be `.utility`, whose threads run nothing else.
+    /// (docs/atomic-replace.md, "Shadows are made ahead"). The queue's QoS must be `.utility`:
+    /// libdispatch's threads serve one QoS, and those of `.utility` then run nothing else.
     func asyncInBackground(_ work: @escaping @Sendable () -> Void) {
         async {
             // A hint: a thread the kernel refuses it stays as it was.

@@ -26,8 +26,15 @@ final class BackgroundWorkTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         XCTAssertEqual(policies.withLock { $0 }, [batch, batch])
         XCTAssertEqual(sched_getscheduler(0), SCHED_OTHER, "the thread that queued it is as it was")
-        let ordinary = Locked<Int32>(-1)
-        DispatchQueue(label: "ordinary-work-test").sync { ordinary.withLock { $0 = sched_getscheduler(0) } }
-        XCTAssertEqual(ordinary.withLock { $0 }, SCHED_OTHER)
+        // Work of another QoS runs on threads of its own, left as they were.
+        let ordinary = Locked<[Int32]>([])
+        let ordinaryDone = DispatchGroup()
+        for _ in 0..<8 {
+            DispatchQueue(label: "ordinary-work-test").async(group: ordinaryDone) {
+                ordinary.withLock { $0.append(sched_getscheduler(0)) }
+            }
+        }
+        XCTAssertEqual(ordinaryDone.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(ordinary.withLock { $0 }, Array(repeating: SCHED_OTHER, count: 8))
     }
 }

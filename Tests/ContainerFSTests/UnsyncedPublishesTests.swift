@@ -18,6 +18,18 @@ final class UnsyncedPublishesTests: XCTestCase {
         try body(path, directory)
     }
 
+    /// A new file `name` in `path`, written with `content`, its mark renamed to a record of its
+    /// size (`NAME.SIZE.0`) as a publish leaves it: its descriptor and key.
+    private func recordedFile(_ name: String, _ content: String, in path: String) -> (file: Int32, key: BackingKey) {
+        let file = open(path + "/" + name, O_RDWR | O_CREAT, 0o600)
+        XCTAssertGreaterThanOrEqual(file, 0)
+        XCTAssertEqual(write(file, content, content.utf8.count), content.utf8.count)
+        XCTAssertEqual(rename(path + "/" + name, path + "/\(name).\(content.utf8.count).0"), 0)
+        var attributes = stat()
+        XCTAssertEqual(fstat(file, &attributes), 0)
+        return (file, BackingKey(attributes))
+    }
+
     func testLargeFilesAreRecordedOnlyWhenTheirWritesChecksummedThemAndWithinTheBudget() throws {
         try withDirectory { path, directory in
             let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 }, versions: nil)
@@ -84,14 +96,9 @@ final class UnsyncedPublishesTests: XCTestCase {
                                              versions: nil, gathering: .seconds(3600))
             let count = UnsyncedPublishes.syncedTogether + 2
             for index in 0..<count {
-                let file = open(path + "/fresh-\(index)", O_RDWR | O_CREAT, 0o600)
-                XCTAssertGreaterThanOrEqual(file, 0)
-                XCTAssertEqual(write(file, "data", 4), 4)
-                XCTAssertEqual(rename(path + "/fresh-\(index)", path + "/fresh-\(index).4.0"), 0)
-                var attributes = stat()
-                XCTAssertEqual(fstat(file, &attributes), 0)
-                unsynced.linked(BackingKey(attributes))
-                unsynced.add(UnsyncedPublish(key: BackingKey(attributes), size: 4, file: file,
+                let (file, key) = recordedFile("fresh-\(index)", "data", in: path)
+                unsynced.linked(key)
+                unsynced.add(UnsyncedPublish(key: key, size: 4, file: file,
                                              record: Array("fresh-\(index).4.0".utf8CString), previous: nil, versionPlace: nil))
             }
             let records = { (try? FileManager.default.contentsOfDirectory(atPath: path))?.filter { $0.contains(".4.0") }.count ?? -1 }
@@ -109,13 +116,7 @@ final class UnsyncedPublishesTests: XCTestCase {
         try withDirectory { path, directory in
             let unsynced = UnsyncedPublishes(directory: directory, renameCommits: RenameCommits(needed: false) { 0 },
                                              versions: nil, gathering: .seconds(3600))
-            let file = open(path + "/fresh-1", O_RDWR | O_CREAT, 0o600)
-            XCTAssertGreaterThanOrEqual(file, 0)
-            XCTAssertEqual(write(file, "new", 3), 3)
-            XCTAssertEqual(rename(path + "/fresh-1", path + "/fresh-1.3.0"), 0)
-            var attributes = stat()
-            XCTAssertEqual(fstat(file, &attributes), 0)
-            let key = BackingKey(attributes)
+            let (file, key) = recordedFile("fresh-1", "new", in: path)
             unsynced.linked(key)
             let publish = UnsyncedPublish(key: key, size: 3, file: file, record: Array("fresh-1.3.0".utf8CString),
                                           previous: nil, versionPlace: nil, synced: true)
