@@ -9,16 +9,17 @@ extension DispatchQueue {
     /// (docs/atomic-replace.md, "Shadows are made ahead"). The queue's QoS must be `.utility`:
     /// libdispatch's threads serve one QoS, and those of `.utility` then run nothing else.
     func asyncInBackground(_ work: @escaping @Sendable () -> Void) {
-        async {
-            // A hint: a thread the kernel refuses it stays as it was.
-            _ = clinux_become_batch()
-            work()
-        }
+        async(execute: DispatchQueue.batched(work))
     }
 
     /// `asyncInBackground` after `delay`.
     func asyncInBackground(after delay: DispatchTimeInterval, _ work: @escaping @Sendable () -> Void) {
-        asyncAfter(deadline: .now() + delay) {
+        asyncAfter(deadline: .now() + delay, execute: DispatchQueue.batched(work))
+    }
+
+    private static func batched(_ work: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
+        {
+            // A hint: a thread the kernel refuses it stays as it was.
             _ = clinux_become_batch()
             work()
         }

@@ -292,19 +292,23 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// over another). And for the retirement of a log applied to it: before a change in place,
     /// which a cut would otherwise find overwritten by the log applied again. Returns 0 or the errno.
     func waitForData(of key: BackingKey) -> Int32 {
-        let error = waitForRetirement(of: key)
-        guard error == 0 else { return error }
-        guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
-        RequestThreads.willWait()
-        return finish(publish)
+        waitForData(of: key, keepingWrittenRecord: false)
     }
 
     /// Waits for the data of the version `key` names, as `waitForData`, but leaves a written
     /// version's record to the background: a rename or a link of the file needs its data on the
     /// disk first, where a change in place needs the record gone too. Returns 0 or the errno.
     func waitForWrite(of key: BackingKey) -> Int32 {
-        if let written = waiting.withLock({ $0.jobs[key] })?.written, retiring.withLock({ $0.byFile[key] == nil }) { return written }
-        return waitForData(of: key)
+        waitForData(of: key, keepingWrittenRecord: true)
+    }
+
+    private func waitForData(of key: BackingKey, keepingWrittenRecord: Bool) -> Int32 {
+        let error = waitForRetirement(of: key)
+        guard error == 0 else { return error }
+        guard let publish = waiting.withLock({ $0.jobs[key] }) else { return 0 }
+        if keepingWrittenRecord, let written = publish.written { return written }
+        RequestThreads.willWait()
+        return finish(publish)
     }
 
     // MARK: Logs waiting for their retirement
