@@ -32,7 +32,9 @@ extension ContainerFileSystem {
         let info = FileInfoCopy(file)
         // A writer that does not truncate shares the file live, and so does every open while it does.
         let live = writing && Sharing.opensLive(flags)
-        let inPlace = live || writesInPlace(node, seen: node.holdsItem ? nil : named?.0) || writing && isLocked(node)
+        let seen = node.holdsItem ? nil : named?.0
+        // A reader's is asked only if it does not pass through (`HandleOpening`).
+        let inPlace = writing && (live || writesInPlace(node, seen: seen) || isLocked(node))
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place
         // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
@@ -59,9 +61,9 @@ extension ContainerFileSystem {
             // cache: the daemon's own buffers are not aligned as O_DIRECT requires, and a descriptor
             // registered for passthrough serves later opens too.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_DIRECT)) | O_CLOEXEC
-            let openFile = { node.withProcPath { Glibc.open($0, openFlags) } }
+            let openFile = { (readWrite: Bool) in node.withProcPath { Glibc.open($0, readWrite ? O_RDWR | O_CLOEXEC : openFlags) } }
             guard node.isRegularFile else {
-                let descriptor = openFile()
+                let descriptor = openFile(false)
                 guard descriptor >= 0 else { return self.fail(request, errno, access: access) }
                 return info.reply(request, with: OpenFile(descriptor: descriptor, node: node, access: access, charge: charge), cache: .refill)
             }
@@ -74,8 +76,10 @@ extension ContainerFileSystem {
             let error = writing ? self.shadows.unsynced.waitForData(of: node.currentKey)
                 : self.shadows.unsynced.waitForRetirement(of: node.currentKey)
             guard error == 0 else { return self.fail(request, error, access: access) }
-            // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle).
-            let opening: Sharing.Opening = live ? .liveWriter : writing ? .inPlaceWriter : inPlace ? .inPlaceReader : .versionedReader
+            // Each reader of an atomically replaced file keeps the version it opened (see Node.openHandle);
+            // the state of a live file is the node's, which the session lock held there guards.
+            let opening: HandleOpening = writing ? .writer(live ? .liveWriter : .inPlaceWriter)
+                : .reader(inPlace: { self.writesInPlace(node, seen: seen, unlessLive: true) })
             guard let (descriptor, path) = node.openHandle(opening, passthrough: self.passthrough,
                                                            writable: Policy.write(node.zone) == 0,
                                                            mapsShared: flags & O_ACCMODE == O_RDWR, in: self.nodes,
@@ -346,7 +350,7 @@ extension ContainerFileSystem {
                                          zone: parentNode.zone.child(named: "/"), parent: parentNode)
         let opening: Sharing.Opening = Sharing.opensLive(flags) ? .liveWriter : .inPlaceWriter
         // A node nobody else knows has no readers to leave it to.
-        let path: OpenPath = node.openHandle(opening, passthrough: nil, in: nodes) { descriptor }?.path ?? .shared
+        let path: OpenPath = node.openHandle(.writer(opening), passthrough: nil, in: nodes) { _ in descriptor }?.path ?? .shared
         visible(&attributes, of: node)
         var entry = fuse_entry_param()
         identify(node, in: &entry)
@@ -365,9 +369,9 @@ extension ContainerFileSystem {
                                     in parent: Node, name: FileName) -> (Node, OpenPath)? {
         var node = node
         for attempt in 0..<2 {
-            if let (_, path) = node.openHandle(live ? .liveWriter : .inPlaceWriter, passthrough: passthrough,
+            if let (_, path) = node.openHandle(.writer(live ? .liveWriter : .inPlaceWriter), passthrough: passthrough,
                                                writable: Policy.write(node.zone) == 0, mapsShared: flags & O_ACCMODE == O_RDWR,
-                                               in: nodes, { descriptor }) {
+                                               in: nodes, { _ in descriptor }) {
                 return (node, path)
             }
             forget(entry.ino, count: 1)

@@ -414,8 +414,10 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// hard-linked files (a rename would part the links), files whose node holds them because they
     /// have no name to publish under (unlinked, or unnamed: O_TMPFILE), and items opted out with
     /// `inPlaceAttribute`. `seen`: the node's attributes, read just now by the caller.
-    func writesInPlace(_ node: Node, seen: stat? = nil) -> Bool {
-        guard node.isRegularFile, !node.zone.writesInPlaceByDefault, !node.isLive else { return true }
+    /// `unlessLive`: leave out whether programs share the file live, for a caller that holds the
+    /// node's session lock (`Node.openHandle`, whose readers of a live file share it either way).
+    func writesInPlace(_ node: Node, seen: stat? = nil, unlessLive: Bool = false) -> Bool {
+        guard node.isRegularFile, !node.zone.writesInPlaceByDefault, unlessLive || !node.isLive else { return true }
         if node.holdsItem, !node.isDetached { return true }
         let (attributes, error) = seen.map { ($0, 0) } ?? node.attributes()
         if error == 0, attributes.st_nlink > 1, userLinks(of: node, attributes) > 1 { return true }

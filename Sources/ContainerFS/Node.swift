@@ -22,6 +22,30 @@ struct BackingKey: Hashable {
     }
 }
 
+/// What an open asks of a node's file (`Node.openHandle`): a writer's `Sharing.Opening`, or a
+/// reader's, whose kind (`.inPlaceReader` or `.versionedReader`) is asked only when the handle
+/// does not pass through, where it tells nothing: the answer may cost system calls (an
+/// extended attribute of the file, its links).
+enum HandleOpening {
+    case writer(Sharing.Opening)
+    case reader(inPlace: () -> Bool)
+
+    var writes: Bool { writer != nil }
+
+    /// The writer's opening; nil for a reader.
+    var writer: Sharing.Opening? {
+        if case .writer(let opening) = self { return opening }
+        return nil
+    }
+
+    var resolved: Sharing.Opening {
+        switch self {
+        case .writer(let opening): opening
+        case .reader(let inPlace): inPlace() ? .inPlaceReader : .versionedReader
+        }
+    }
+}
+
 /// A file or directory the kernel knows. Its address is the inode number the kernel uses for it.
 /// Directories hold an `O_PATH` descriptor; other items are reached by name in their parent, so
 /// that the daemon's descriptors stay few however many files the kernel knows.
@@ -174,25 +198,39 @@ final class Node: @unchecked Sendable {
     /// lock, so that no write session starts or publishes between the two. `writable`: the file may
     /// be written, so a passthrough backing file is opened for writing too. Nil when a writer in
     /// place must leave the node to passthrough readers: `nodes` detached it.
-    func openHandle(_ opening: Sharing.Opening, passthrough: PassthroughFiles?, writable: Bool = false, mapsShared: Bool = false,
-                    in nodes: NodeTable, _ open: () -> Int32) -> (descriptor: Int32, path: OpenPath)? {
+    ///
+    /// `open(true)` asks for the file open for reading and writing: a reader that passes through
+    /// and whose backing file must take writers too gets the one descriptor for both (the daemon
+    /// neither writes through it nor keeps it past the handle, as the kernel keeps its backing
+    /// file). A reader's kind is asked only if it does not pass through (`HandleOpening`).
+    func openHandle(_ opening: HandleOpening, passthrough: PassthroughFiles?, writable: Bool = false, mapsShared: Bool = false,
+                    in nodes: NodeTable, _ open: (_ readWrite: Bool) -> Int32) -> (descriptor: Int32, path: OpenPath)? {
         Node.sessionLocks[stripe].withLock {
-            if sharing.admit(opening, passesThrough: passthrough != nil) == .detach {
+            let writes = opening.writes
+            if let writer = opening.writer, sharing.admit(writer, passesThrough: passthrough != nil) == .detach {
                 nodes.detach(self)
                 return nil
             }
-            let descriptor = open()
-            // Nothing counted: the caller answers the error and keeps no handle.
-            guard descriptor >= 0 else { return (descriptor, .shared) }
             let now = DispatchTime.now().uptimeNanoseconds
+            let session = fileState?.session != nil
             // A writer in place that may map the file shared (open for reading too) does not start
             // passthrough: the kernel would not see the times and size its mappings change in the
             // backing file. A live writer does, and its node's attributes are then asked afresh.
-            var effect = sharing.open(opening, session: fileState?.session != nil, now: now,
-                                      mayRegister: passthrough != nil && !(opening == .inPlaceWriter && mapsShared))
+            let mayRegister = passthrough != nil && !(opening.writer == .inPlaceWriter && mapsShared)
+            let registers = sharing.registers(writes: writes, session: session, now: now, mayRegister: mayRegister)
+            let readWrite = registers && writable && !writes
+            var descriptor = open(readWrite)
+            // A file that cannot be opened for writing (a read-only backing filesystem, a program
+            // running it) is registered as the reader opened it.
+            if readWrite && descriptor < 0 { descriptor = open(false) }
+            // Nothing counted: the caller answers the error and keeps no handle.
+            guard descriptor >= 0 else { return (descriptor, .shared) }
+            // A reader that registers opens as one whatever its kind (`Sharing.registered`).
+            var effect = sharing.open(registers && !writes ? .versionedReader : opening.resolved, session: session, now: now,
+                                      mayRegister: mayRegister)
             if effect == .register {
-                let registered = passthrough?.register(descriptor, writable: writable || opening.writes).map {
-                    sharing.registered($0.id, writable: $0.writable, by: opening)
+                let registered = passthrough?.register(descriptor, writable: writable || writes).map {
+                    sharing.registered($0.id, writable: $0.writable, by: writes ? opening.resolved : .versionedReader)
                 }
                 switch registered {
                 case .open(let path)?:
@@ -201,7 +239,13 @@ final class Node: @unchecked Sendable {
                     passthrough?.unregister(id)
                     fallthrough
                 default:
-                    effect = sharing.open(opening, session: fileState?.session != nil, now: now, mayRegister: false)
+                    // Through the daemon or the page cache after all: a reader's own descriptor,
+                    // as it opened the file.
+                    if readWrite, case let reopened = open(false), reopened >= 0 {
+                        Glibc.close(descriptor)
+                        descriptor = reopened
+                    }
+                    effect = sharing.open(opening.resolved, session: session, now: now, mayRegister: false)
                 }
             }
             switch effect {

@@ -114,11 +114,19 @@ struct Sharing: Equatable {
             liveWriters += 1
             return .open(.passthroughLive(backingID: backingID))
         }
+        // Asked before `awaitsWriter` forgets an expired wait, as a caller asks it before opening.
+        let register = registers(writes: opening.writes, session: session, now: now, mayRegister: mayRegister)
         let writerAround = session || pendingNotices > 0 || awaitsWriter(now: now)
-        // The first open of a file nobody else has open passes through, writers in place too: the
-        // kernel then reads and writes the backing file itself (docs/atomic-replace.md).
-        if !writerAround, otherOpens == 0, mayRegister { return .register }
-        return .open(count(opening, writerAround: writerAround))
+        return register ? .register : .open(count(opening, writerAround: writerAround))
+    }
+
+    /// Whether `open` answers `.register` for an opening that writes or not: asked first, under
+    /// the same lock, by a caller that opens its descriptor as registering needs it. The first open
+    /// of a file nobody else has open passes through, writers in place too: the kernel then reads
+    /// and writes the backing file itself (docs/atomic-replace.md).
+    func registers(writes: Bool, session: Bool, now: UInt64, mayRegister: Bool) -> Bool {
+        guard mayRegister, !(writes && awaitsWriterUntil != 0), passthroughReaders == 0, otherOpens == 0 else { return false }
+        return !session && pendingNotices == 0 && !(awaitsWriterUntil != 0 && now < awaitsWriterUntil)
     }
 
     /// The kernel agreed to reach the file itself: the handle is the first through passthrough. A

@@ -124,7 +124,7 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(node.withCachedVersion { $0 == nil }, true)
         XCTAssertFalse(node.hasFileState, "a looked-up node")
 
-        let opened = try XCTUnwrap(node.openHandle(.versionedReader, passthrough: nil, in: nodes) {
+        let opened = try XCTUnwrap(node.openHandle(.reader(inPlace: { false }), passthrough: nil, in: nodes) { _ in
             open(directory + "/f", O_RDONLY | O_CLOEXEC)
         })
         XCTAssertGreaterThanOrEqual(opened.descriptor, 0)
@@ -135,6 +135,51 @@ final class NodeTableTests: XCTestCase {
         XCTAssertFalse(node.sharing.hasOpenHandles)
         XCTAssertEqual(node.sharing, Sharing(), "what the open counted")
     }
+    /// A reader that passes through opens one descriptor, for reading and writing, which is
+    /// registered (a writer may join its backing file), and nobody asks its kind; one the kernel
+    /// refuses ends with a descriptor opened as the reader asked, and its kind asked.
+    func testAReaderThatPassesThroughOpensOnceAndIsNotAskedItsKind() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        final class Registry: BackingFileRegistry {
+            var answer: Int32 = 7
+            var registered: [Int32] = []
+            func openBacking(_ descriptor: Int32) -> Int32 {
+                registered.append(fcntl(descriptor, F_GETFL) & O_ACCMODE)
+                return answer
+            }
+            func closeBacking(_ id: Int32) {}
+        }
+        let registry = Registry()
+        let passthrough = PassthroughFiles(registry: registry, refused: { _ in })
+        var opens: [Bool] = []
+        var asked = 0
+        let reader = HandleOpening.reader(inPlace: { asked += 1; return false })
+        let open = { (readWrite: Bool) -> Int32 in
+            opens.append(readWrite)
+            return Glibc.open(self.directory + "/f", (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
+        }
+        let first = try XCTUnwrap(node.openHandle(reader, passthrough: passthrough, writable: true, in: nodes, open))
+        XCTAssertEqual(first.path, .passthrough(backingID: 7))
+        XCTAssertEqual(opens, [true], "one descriptor")
+        XCTAssertEqual(registry.registered, [O_RDWR], "the descriptor registered is the reader's own")
+        XCTAssertEqual(fcntl(first.descriptor, F_GETFL) & O_ACCMODE, O_RDWR)
+        XCTAssertEqual(asked, 0, "a reader's kind tells nothing to passthrough")
+        node.closeHandle(first.path, passthrough: passthrough)
+        close(first.descriptor)
+
+        registry.answer = -ENOMEM
+        opens = []
+        let refused = try XCTUnwrap(node.openHandle(reader, passthrough: passthrough, writable: true, in: nodes, open))
+        XCTAssertEqual(refused.path, .pageCache)
+        XCTAssertEqual(opens, [true, false], "opened again as the reader asked")
+        XCTAssertEqual(fcntl(refused.descriptor, F_GETFL) & O_ACCMODE, O_RDONLY)
+        XCTAssertEqual(asked, 1)
+        node.closeHandle(refused.path, passthrough: passthrough)
+        close(refused.descriptor)
+        XCTAssertEqual(node.sharing, Sharing())
+    }
+
     /// Looks the directory `name` up with a descriptor of its own, as a directory's node holds one.
     private func lookUpDirectory(_ name: String, zone: Zone) throws -> Node {
         let path = directory + "/" + name

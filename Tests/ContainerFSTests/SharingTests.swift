@@ -139,4 +139,41 @@ final class SharingTests: XCTestCase {
         XCTAssertTrue(sharing.writerJoined())
         XCTAssertFalse(sharing.writerJoined())
     }
+
+    /// `Node.openHandle` asks `registers` before it opens a descriptor, to open it as registering
+    /// needs: only the first open of a file nobody has open, with no writer around, registers, and
+    /// `open` then answers so too.
+    func testRegistersAnswersAsOpenDoes() {
+        var states: [(String, Sharing)] = [("fresh", Sharing())]
+        func state(_ name: String, _ change: (inout Sharing) -> Void) {
+            var made = Sharing()
+            change(&made)
+            states.append((name, made))
+        }
+        state("a page-cache reader") { _ = $0.open(.versionedReader, session: false, now: 0, mayRegister: false) }
+        state("a passthrough reader") { _ = $0.registered(5, writable: true, by: .versionedReader) }
+        state("a live writer") { _ = $0.open(.liveWriter, session: false, now: 0, mayRegister: false) }
+        state("a notice pending") { $0.noticeDecided() }
+        state("a writer awaited until 100") { $0.awaitWriter(until: 100) }
+        let openings: [Sharing.Opening] = [.versionedReader, .inPlaceReader, .inPlaceWriter, .liveWriter]
+        for (name, before) in states {
+            for opening in openings {
+                for session in [false, true] {
+                    for now: UInt64 in [50, 150] {
+                        for mayRegister in [false, true] {
+                            // An awaited writer arrives even after the wait ran out; a reader then registers.
+                            let awaited = name.hasPrefix("a writer awaited") && (opening.writes || now < 100)
+                            let expected = mayRegister && !session && (name == "fresh" || name.hasPrefix("a writer awaited") && !awaited)
+                            var after = before
+                            let asked = "\(name), \(opening), session \(session), at \(now), may register \(mayRegister)"
+                            XCTAssertEqual(before.registers(writes: opening.writes, session: session, now: now, mayRegister: mayRegister),
+                                           expected, asked)
+                            XCTAssertEqual(after.open(opening, session: session, now: now, mayRegister: mayRegister) == .register,
+                                           expected, asked)
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
