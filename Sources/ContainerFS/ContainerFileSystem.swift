@@ -129,7 +129,13 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         if let expected, BackingKey(attributes) != expected { return ESTALE }
         var descriptor: Int32 = -1
         if attributes.st_mode & S_IFMT == S_IFDIR {
-            // A directory's node holds a descriptor: its attributes are those of what it holds.
+            // A directory a node holds already (the kernel looking it up again) needs no descriptor.
+            if let node = nodes.rememberHeld(attributes: attributes, zone: parent.zone.child(named: name.bytes), parent: parent,
+                                             name: name) {
+                fill(&entry, with: node, attributes: attributes)
+                return 0
+            }
+            // A new directory's node holds a descriptor: its attributes are those of what it holds.
             descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
             guard descriptor >= 0 else { return errno }
             let error: Int32

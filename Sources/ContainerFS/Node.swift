@@ -346,6 +346,14 @@ final class Node: @unchecked Sendable {
         }
     }
 
+    /// A look-up found the node as `name` in `parent`: one more kernel reference, and its place and
+    /// zone as found. The caller holds the node table's lock.
+    fileprivate func counted(placed: Bool, parent: Node, name: FileName, zone: Zone) {
+        lookups += 1
+        if !placed { setPlace(parent: parent, name: NodeName(name.bytes)) }
+        if self.zone != zone { self.zone = zone }
+    }
+
     /// A publish is renaming the file with `key` over the node's; the caller holds the table's lock.
     func beginReplacing(with key: BackingKey) {
         Node.placeLocks[stripe].withLock { places in
@@ -603,9 +611,7 @@ final class NodeTable: @unchecked Sendable {
                     let placed = existing.parent === parent && existing.name.elementsEqual(name.bytes)
                     guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
                     if descriptor >= 0 { close(descriptor) }
-                    existing.lookups += 1
-                    if !placed { existing.setPlace(parent: parent, name: NodeName(name.bytes)) }
-                    if existing.zone != zone { existing.zone = zone }
+                    existing.counted(placed: placed, parent: parent, name: name, zone: zone)
                     return (existing, true)
                 }
                 var charge: DescriptorCharge?
@@ -639,6 +645,21 @@ final class NodeTable: @unchecked Sendable {
                     if found.key == key { found.evict() }
                 }
             }
+        }
+    }
+
+    /// `remember` for an item a node holds a descriptor on (a directory), without opening one: the
+    /// node found by the item's key, with the kernel's reference counted; nil if there is none.
+    func rememberHeld(attributes: stat, zone: Zone, parent: Node, name: FileName) -> Node? {
+        let key = BackingKey(attributes)
+        if key == root.key { return root }
+        return state.withLock { state in
+            guard let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT, existing.holdsItem else {
+                return nil
+            }
+            existing.counted(placed: existing.parent === parent && existing.name.elementsEqual(name.bytes),
+                             parent: parent, name: name, zone: zone)
+            return existing
         }
     }
 

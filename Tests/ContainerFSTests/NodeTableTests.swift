@@ -193,6 +193,35 @@ final class NodeTableTests: XCTestCase {
         })
     }
 
+    /// The kernel looking a known directory up again gets its node without a descriptor opened for
+    /// it (`rememberHeld`), its place as found now; a file, or a directory no node holds, is
+    /// looked up the whole way.
+    func testALookUpOfAHeldDirectoryCountsItsNode() throws {
+        let folder = try lookUpDirectory("folder", zone: .data)
+        XCTAssertEqual(rename(directory + "/folder", directory + "/moved"), 0)
+        var attributes = stat()
+        XCTAssertEqual(lstat(directory + "/moved", &attributes), 0)
+        let again = "moved".withCString {
+            nodes.rememberHeld(attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0))
+        }
+        XCTAssertTrue(again === folder)
+        XCTAssertEqual(folder.lookups, 2)
+        XCTAssertEqual(folder.lastSeen.map { String(decoding: $0.name.bytes, as: UTF8.self) }, "moved")
+        XCTAssertEqual(folder.zone, .documents)
+
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        _ = try XCTUnwrap(lookUp("f"))
+        XCTAssertEqual(lstat(directory + "/f", &attributes), 0)
+        XCTAssertNil("f".withCString {
+            nodes.rememberHeld(attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0))
+        }, "a file's node holds no descriptor")
+        XCTAssertEqual(mkdir(directory + "/new", 0o755), 0)
+        XCTAssertEqual(lstat(directory + "/new", &attributes), 0)
+        XCTAssertNil("new".withCString {
+            nodes.rememberHeld(attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0))
+        })
+    }
+
     /// The directory of a container's fixed place stays cached in the store once the kernel forgot
     /// its node, so that a cold look-up reads no block of the store's levels above the mount's
     /// (docs/store-format.md, "Cold caches"); a directory of the user's does not.
