@@ -62,11 +62,15 @@ final class PassthroughFiles {
     private weak var registry: BackingFileRegistry?
     private let enabled = Atomic<Bool>(true)
     private let refused: (Int32) -> Void
+    private let notClosed: (Int32, Int32) -> Void
 
-    /// `refused` hears the errno of the refusal that turned passthrough off.
-    init(registry: BackingFileRegistry, refused: @escaping (Int32) -> Void) {
+    /// `refused` hears the errno of the refusal that turned passthrough off; `notClosed` a backing
+    /// id the kernel would not forget, and the errno.
+    init(registry: BackingFileRegistry, refused: @escaping (Int32) -> Void,
+         notClosed: @escaping (Int32, Int32) -> Void = { _, _ in }) {
         self.registry = registry
         self.refused = refused
+        self.notClosed = notClosed
     }
 
     /// The backing id of the file open on `descriptor`, or nil if the kernel will not read it itself.
@@ -85,7 +89,10 @@ final class PassthroughFiles {
         return nil
     }
 
-    func unregister(_ id: Int32) { registry?.closeBacking(id) }
+    func unregister(_ id: Int32) {
+        guard let error = registry?.closeBacking(id), error != 0 else { return }
+        notClosed(id, error)
+    }
 
     /// Whether the kernel can make every passthrough writer's writes through `descriptor` itself:
     /// it is open to read and write, and not to append, sync or bypass the cache, flags a kernel

@@ -174,8 +174,9 @@ public protocol BackingFileRegistry: AnyObject {
     /// Registers the file open on `descriptor`. Returns its backing id (above 0) for
     /// `FuseRequest.reply(opened:passthrough:)`, or a negative errno.
     func openBacking(_ descriptor: Int32) -> Int32
-    /// Forgets a backing id; files the kernel opened with it keep their file.
-    func closeBacking(_ id: Int32)
+    /// Forgets a backing id; files the kernel opened with it keep their file. 0, or the errno of a
+    /// refusal (an id the kernel does not hold: the daemon's count of its handles went wrong).
+    func closeBacking(_ id: Int32) -> Int32
 }
 
 extension FuseSession: BackingFileRegistry {
@@ -193,7 +194,7 @@ extension FuseSession: BackingFileRegistry {
         defer { clinux_restore_credentials(&saved) }
         return cfuse_backing_open(device, descriptor)
     }
-    public func closeBacking(_ id: Int32) { _ = cfuse_backing_close(fuse_session_fd(session), id) }
+    public func closeBacking(_ id: Int32) -> Int32 { -cfuse_backing_close(fuse_session_fd(session), id) }
 }
 
 /// Tells the kernel that cached attributes or data are no longer true. No entry notices

@@ -148,10 +148,15 @@ final class NodeTableTests: XCTestCase {
                 registered.append(fcntl(descriptor, F_GETFL) & O_ACCMODE)
                 return answer
             }
-            func closeBacking(_ id: Int32) {}
+            var closed: [Int32] = []
+            func closeBacking(_ id: Int32) -> Int32 {
+                closed.append(id)
+                return id == 7 ? 0 : ENOENT
+            }
         }
         let registry = Registry()
-        let passthrough = PassthroughFiles(registry: registry, refused: { _ in })
+        var notClosed: [Int32] = []
+        let passthrough = PassthroughFiles(registry: registry, refused: { _ in }, notClosed: { id, _ in notClosed.append(id) })
         var opens: [Bool] = []
         var asked = 0
         let reader = HandleOpening.reader(inPlace: { asked += 1; return false })
@@ -178,6 +183,10 @@ final class NodeTableTests: XCTestCase {
         node.closeHandle(refused.path, passthrough: passthrough)
         close(refused.descriptor)
         XCTAssertEqual(node.sharing, Sharing())
+        XCTAssertEqual(registry.closed, [7], "the last passthrough handle's close")
+        XCTAssertEqual(notClosed, [])
+        passthrough.unregister(9)
+        XCTAssertEqual(notClosed, [9], "an id the kernel does not hold is reported, not dropped")
     }
 
     /// Looks the directory `name` up with a descriptor of its own, as a directory's node holds one.
