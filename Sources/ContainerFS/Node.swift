@@ -430,8 +430,9 @@ final class Node: @unchecked Sendable {
             guard let parent = place.parent, !isEvicted else { return (attributes, ESTALE) }
             let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
             let error: Int32 = result != 0 ? (errno == ENOENT ? ESTALE : errno) : place.isMine(BackingKey(attributes)) ? 0 : ESTALE
+            if error == 0 { return (attributes, 0) }
             let now = self.place
-            if error == 0 || now.isSame(as: place) { return (attributes, error) }
+            if now.isSame(as: place) { return (attributes, error) }
             place = now
         }
         return (attributes, ESTALE)
