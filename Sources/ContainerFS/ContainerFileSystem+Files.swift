@@ -33,7 +33,7 @@ extension ContainerFileSystem {
         // A writer that does not truncate shares the file live, and so does every open while it does.
         let live = writing && Sharing.opensLive(flags)
         let seen = node.holdsItem ? nil : named?.0
-        // A reader's is asked only if it does not pass through (`HandleOpening`).
+        // A reader's kind is asked only if it does not pass through (`HandleOpening`).
         let inPlace = writing && (live || writesInPlace(node, seen: seen) || isLocked(node))
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place

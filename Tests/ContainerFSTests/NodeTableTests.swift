@@ -187,6 +187,25 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(notClosed, [])
         passthrough.unregister(9)
         XCTAssertEqual(notClosed, [9], "an id the kernel does not hold is reported, not dropped")
+
+        // A file that cannot be opened for writing (a program runs it: ETXTBSY) is opened as the
+        // reader asked, and still passes through.
+        registry.answer = 7
+        opens = []
+        let unwritable = try XCTUnwrap(node.openHandle(reader, passthrough: passthrough, writable: true, in: nodes) { readWrite in
+            opens.append(readWrite)
+            guard !readWrite else {
+                errno = ETXTBSY
+                return -1
+            }
+            return Glibc.open(self.directory + "/f", O_RDONLY | O_CLOEXEC)
+        })
+        XCTAssertEqual(opens, [true, false])
+        XCTAssertEqual(unwritable.path, .passthrough(backingID: 7))
+        XCTAssertEqual(fcntl(unwritable.descriptor, F_GETFL) & O_ACCMODE, O_RDONLY)
+        node.closeHandle(unwritable.path, passthrough: passthrough)
+        close(unwritable.descriptor)
+        XCTAssertEqual(node.sharing, Sharing())
     }
 
     /// Looks the directory `name` up with a descriptor of its own, as a directory's node holds one.
