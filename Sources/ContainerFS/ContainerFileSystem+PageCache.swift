@@ -67,7 +67,7 @@ final class PassthroughFiles {
     /// `refused` hears the errno of the refusal that turned passthrough off; `notClosed` a backing
     /// id the kernel would not forget, and the errno.
     init(registry: BackingFileRegistry, refused: @escaping (Int32) -> Void,
-         notClosed: @escaping (Int32, Int32) -> Void = { _, _ in }) {
+         notClosed: @escaping (Int32, Int32) -> Void) {
         self.registry = registry
         self.refused = refused
         self.notClosed = notClosed

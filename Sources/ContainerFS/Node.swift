@@ -230,7 +230,7 @@ final class Node: @unchecked Sendable {
                                       mayRegister: mayRegister)
             if effect == .register {
                 let registered = passthrough?.register(descriptor, writable: writable || writes).map {
-                    sharing.registered($0.id, writable: $0.writable, by: writes ? opening.resolved : .versionedReader)
+                    sharing.registered($0.id, writable: $0.writable, by: opening.writer ?? .versionedReader)
                 }
                 switch registered {
                 case .open(let path)?:
@@ -344,6 +344,11 @@ final class Node: @unchecked Sendable {
             self.name = name
             places.changes &+= 1
         }
+    }
+
+    /// Whether the node was last seen as `name` in `parent`; the caller holds the node table's lock.
+    fileprivate func isPlaced<Name: Sequence<UInt8>>(in parent: Node, as name: Name) -> Bool {
+        self.parent === parent && self.name.elementsEqual(name)
     }
 
     /// A look-up found the node as `name` in `parent`: one more kernel reference, and its place and
@@ -609,7 +614,7 @@ final class NodeTable: @unchecked Sendable {
             let (found, counted) = state.withLock { state -> (Node?, Bool) in
                 // A node of another type has a reused inode number: its item is gone.
                 if let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT {
-                    let placed = existing.parent === parent && existing.name.elementsEqual(name.bytes)
+                    let placed = existing.isPlaced(in: parent, as: name.bytes)
                     guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
                     if descriptor >= 0 { close(descriptor) }
                     existing.counted(placed: placed, parent: parent, name: name, zone: zone)
@@ -658,8 +663,7 @@ final class NodeTable: @unchecked Sendable {
             guard let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT, existing.holdsItem else {
                 return nil
             }
-            existing.counted(placed: existing.parent === parent && existing.name.elementsEqual(name.bytes),
-                             parent: parent, name: name, zone: zone)
+            existing.counted(placed: existing.isPlaced(in: parent, as: name.bytes), parent: parent, name: name, zone: zone)
             return existing
         }
     }
@@ -774,7 +778,7 @@ final class NodeTable: @unchecked Sendable {
     func existing(_ key: BackingKey, at parent: Node, name: UnsafePointer<CChar>) -> Node? {
         let bytes = UnsafeRawBufferPointer(start: name, count: strlen(name))
         return state.withLock { state in
-            guard let node = state.nodes[key], node.parent === parent, node.name.elementsEqual(bytes) else { return nil }
+            guard let node = state.nodes[key], node.isPlaced(in: parent, as: bytes) else { return nil }
             return node
         }
     }
