@@ -35,6 +35,8 @@ extension ContainerFileSystem {
                     return Backing.check(Backing.withProcPath(session.shadow, change))
                 }
             }
+            // Even a failed change may have changed something (a shadow's copy failed).
+            node.attributesChanged()
             if error == 0, choosesInPlace { self.inPlaceGeneration.add(1, ordering: .releasing) }
             access.end(tookEffect: error == 0)
             request.reply(error: error)
@@ -95,17 +97,26 @@ extension ContainerFileSystem {
         }
         guard !Self.isUnsupported(name) else { return request.reply(error: EOPNOTSUPP) }
         guard !node.isSymlink else { return request.reply(error: ENODATA) }
+        // The kernel asks for security.capability before writes (see `Node.hasNoCapability`):
+        // a file known to have none answers at once.
+        let asksCapability = node.isRegularFile && strcmp(name, Self.capabilityAttribute) == 0
+        if asksCapability, node.hasNoCapability { return request.reply(error: ENODATA) }
+        let stamp = asksCapability ? node.capabilityStamp : 0
         replyAttributeData(request, size: size) { buffer, capacity in
-            // The kernel asks for security.capability at every write: a file being written answers
-            // from its session's descriptor (one call, where a look-up by name costs four). A shadow
-            // carries the file's attributes (`changeAttributes`); a fresh session's is the file.
+            // A file being written answers from its session's descriptor (one call, where a look-up
+            // by name costs four). A shadow carries the file's attributes (`changeAttributes`); a
+            // fresh session's is the file.
             let fromSession = !node.isRegularFile ? nil : node.withSession { session -> Int? in
                 guard let session, session.shadow >= 0, session.log == nil else { return nil }
                 return clinux_fgetxattr(session.shadow, name, buffer, capacity)
             }
-            return fromSession ?? node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
+            let count = fromSession ?? node.withProcPath { clinux_getxattr($0, name, buffer, capacity) }
+            if count < 0, asksCapability, errno == ENODATA { node.noteNoCapability(asOf: stamp) }
+            return count
         }
     }
+
+    static let capabilityAttribute = "security.capability"
 
     public func listxattr(_ request: FuseRequest, inode: InodeNumber, size: Int) {
         let node = nodes.node(inode)

@@ -250,6 +250,8 @@ extension ContainerFileSystem {
                     return request.reply(error: error)
                 }
                 let node = self.nodes.node(entry.ino)
+                // A file just made carries no capability (nor does a spare: `Shadows.recycle`).
+                if made { node.noteNoCapability(asOf: node.capabilityStamp) }
                 let truncating = !made && flags & O_TRUNC != 0
                 if truncating {
                     error = self.clearSetIDAfterTruncation(of: node, by: caller)

@@ -87,7 +87,8 @@ final class Node: @unchecked Sendable {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
-    /// `evictedFlag` and `detachedFlag`, set once each, never cleared.
+    /// `evictedFlag` and `detachedFlag`, set once each, never cleared; `noCapabilityFlag`, and
+    /// above it a count of the changes of the file's extended attributes (see `noteNoCapability`).
     private let flags = Atomic<UInt8>(0)
     /// Set when the node lost its item and its inode number went to another file: it answers
     /// ESTALE (the kernel then looks the name up again).
@@ -95,6 +96,11 @@ final class Node: @unchecked Sendable {
     /// Set when a writer left the node to its cached readers (`NodeTable.detach`): later lookups of
     /// its name get another node, and the node holds the version its readers read.
     private static let detachedFlag: UInt8 = 2
+    /// Set when the file was found to carry no `security.capability`; cleared when its extended
+    /// attributes change through the mount or a publish replaces it.
+    private static let noCapabilityFlag: UInt8 = 4
+    /// One change of the extended attributes, counted in the bits above the flags (mod 32).
+    private static let attributeChange: UInt8 = 8
     /// The file type bits of `st_mode` (`S_IFMT`), shifted right by 12.
     private let typeBits: UInt8
     var fileType: mode_t { mode_t(typeBits) << 12 }
@@ -374,6 +380,7 @@ final class Node: @unchecked Sendable {
             if let replaced = places.replacing.removeValue(forKey: ObjectIdentifier(self)), !renamed { key = replaced }
             places.changes &+= 1
         }
+        if renamed { attributesChanged() }
     }
 
     func evict() { flags.bitwiseOr(Node.evictedFlag, ordering: .releasing) }
@@ -381,6 +388,29 @@ final class Node: @unchecked Sendable {
     private var isEvicted: Bool { flags.load(ordering: .acquiring) & Node.evictedFlag != 0 }
 
     var isDetached: Bool { flags.load(ordering: .acquiring) & Node.detachedFlag != 0 }
+
+    /// Whether the file is known to carry no `security.capability`. The kernel asks for it before
+    /// a write whenever it refreshed the file's attributes since the last write (it then forgets
+    /// that the file has none), so a program that stats and writes in turn asks at every write.
+    var hasNoCapability: Bool { flags.load(ordering: .acquiring) & Node.noCapabilityFlag != 0 }
+
+    /// What `noteNoCapability` compares with: read before the attribute is.
+    var capabilityStamp: UInt8 { flags.load(ordering: .acquiring) }
+
+    /// Records that the file had no `security.capability` when read after `stamp` was taken,
+    /// unless its attributes changed (or it was replaced) since: the answer may be stale then.
+    func noteNoCapability(asOf stamp: UInt8) {
+        _ = flags.compareExchange(expected: stamp, desired: stamp | Node.noCapabilityFlag,
+                                  ordering: .acquiringAndReleasing)
+    }
+
+    /// The file's extended attributes changed, or another file took its place: a capability
+    /// answer read before is stale. Called after the change, so that a read racing with it
+    /// either saw the change or fails its `noteNoCapability`.
+    func attributesChanged() {
+        flags.wrappingAdd(Node.attributeChange, ordering: .acquiringAndReleasing)
+        flags.bitwiseAnd(~Node.noCapabilityFlag, ordering: .acquiringAndReleasing)
+    }
 
     /// Marks the node detached and pins its item, so that it keeps answering for that version
     /// whatever later happens to the name. False if it was detached already.

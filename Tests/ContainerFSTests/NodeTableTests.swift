@@ -84,6 +84,40 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(detached.attributesByName().1, 0, "detached, not evicted")
     }
 
+    /// The answer "no security.capability" is kept until the file's attributes change or another
+    /// file takes its place, and is not kept when they changed while it was read; the count of
+    /// changes that tells so leaves the other flags as they were.
+    func testANodeKeepsThatItHasNoCapabilityUntilItsAttributesChange() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        XCTAssertFalse(node.hasNoCapability, "never asked")
+        node.noteNoCapability(asOf: node.capabilityStamp)
+        XCTAssertTrue(node.hasNoCapability)
+        node.attributesChanged()
+        XCTAssertFalse(node.hasNoCapability, "attributes changed after the answer")
+
+        let stamp = node.capabilityStamp
+        node.attributesChanged()
+        node.noteNoCapability(asOf: stamp)
+        XCTAssertFalse(node.hasNoCapability, "read while they changed")
+
+        node.noteNoCapability(asOf: node.capabilityStamp)
+        let shadow = directory + "/.shadow"
+        XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data("1".utf8)))
+        var attributes = stat()
+        XCTAssertEqual(lstat(shadow, &attributes), 0)
+        let previous = nodes.republish(node, as: BackingKey(attributes))
+        XCTAssertEqual(rename(shadow, directory + "/f"), 0)
+        nodes.finishRepublish(node, previous: previous)
+        XCTAssertFalse(node.hasNoCapability, "another file took its place")
+
+        nodes.detach(node)
+        for _ in 0..<70 { node.attributesChanged() }
+        node.noteNoCapability(asOf: node.capabilityStamp)
+        XCTAssertTrue(node.isDetached && node.hasNoCapability)
+        XCTAssertEqual(node.attributesByName().1, 0, "not evicted by the count")
+    }
+
     /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
     /// is reachable by name all along to those who look meanwhile: an open checks, and an
     /// ESTALE there twice in a row reaches the program.

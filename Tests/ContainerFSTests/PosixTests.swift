@@ -30,6 +30,47 @@ final class PosixTests: MountedTestCase {
         sh("rm -r Documents/a")
     }
 
+    /// A program that stats and writes in turn through passthrough (as in tmp) makes the kernel
+    /// ask for the file's security.capability before each write; the daemon reads it once, and a
+    /// capability set later, or a write's removal of it, shows as on a local disk.
+    func testAFilesCapabilityReadsAsOnADisk() throws {
+        let script = """
+        python3 - <<'EOF'
+        import os, struct
+        cap = struct.pack('<IIIII', 0x02000001, 1 << 10, 0, 0, 0)
+        def capability(path):
+            try: return os.getxattr(path, 'security.capability').hex()
+            except OSError as e: return e.strerror
+        fd = os.open('f', os.O_RDWR | os.O_CREAT, 0o644)
+        seen = [capability('f')]
+        for round in range(3):
+            os.fstat(fd); os.write(fd, b'x')
+        seen.append(capability('f'))
+        os.setxattr('f', 'security.capability', cap)
+        seen.append(capability('f'))
+        os.fstat(fd); os.write(fd, b'y')
+        seen.append(capability('f'))
+        os.setxattr('f', 'security.capability', cap)
+        os.close(fd)
+        with open('f', 'a') as f: f.write('z')
+        seen.append(capability('f'))
+        print(seen, open('f').read())
+        EOF
+        """
+        everywhere(script, expected: "['No data available', 'No data available', '0100000200040000000000000000000000000000', "
+                                     + "'No data available', 'No data available'] xxxyz\n")
+        sh("touch tmp/asked")
+        let asked = try mounted.calls("getxattr,fgetxattr") {
+            syscall("""
+            fd = os.open('tmp/asked', os.O_WRONLY)
+            for round in range(20):
+                os.fstat(fd); os.write(fd, b'x')
+            os.close(fd)
+            """, errno: 0)
+        }.filter { $0.contains("security.capability") }
+        XCTAssertLessThanOrEqual(asked.count, 2, "read for each of 20 writes: \(asked)")
+    }
+
     func testSpecialFilesAndOwnership() {
         sh("mkfifo Documents/fifo && test -p Documents/fifo")
         sh("chown 1234:5678 Documents/hello.txt")
