@@ -222,7 +222,18 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         if name.isDotOrDotDot { return lookupDots(request, of: parent, parentOfIt: name.length == 2) }
         let error = nameError(name)
         guard error == 0 else { return request.reply(error: error) }
-        replyEntry(request, parent: nodes.node(parent), name: name)
+        let parentNode = nodes.node(parent)
+        var entry = fuse_entry_param()
+        let found = lookupEntry(parent: parentNode, name: name, entry: &entry, for: request.caller.uid)
+        // A missing name answered as an entry without a node: the kernel keeps it as long as a
+        // found one, and the next `stat` or `open` of it (SQLite's journal checks, a compiler's
+        // include search) is answered without asking (docs/conformance.md, "Missing names").
+        if found == ENOENT, parentNode.zone.keepsMissingName(name.bytes) {
+            entry = fuse_entry_param()
+            entry.entry_timeout = timeouts.entries
+            return request.reply(entry: &entry)
+        }
+        found == 0 ? request.reply(entry: &entry) : request.reply(error: found)
     }
 
     /// With export support (`FUSE_CAP_EXPORT_SUPPORT`) the kernel asks for `..` of a directory it

@@ -79,6 +79,20 @@ public enum Zone: UInt8, Sendable, CaseIterable {
         }
     }
 
+    /// Whether a name missing from a directory of this zone can appear only through the mount, so
+    /// that the kernel may remember for a while that it is missing. Not at the top of the store or
+    /// of a container, where installs add items; not in an Inbox, which `deliver` fills; not in a
+    /// bundle, which an install replaces; nor where the container's own directories go
+    /// (`isFixedPlace`: `deliver` makes an Inbox that is missing).
+    public func keepsMissingName(_ name: UnsafeRawBufferPointer) -> Bool {
+        switch self {
+        case .documents, .data, .library, .libraryDirectory, .caches, .cachesItem, .tmp, .tmpItem:
+            return !child(named: name).isFixedPlace
+        case .mountRoot, .containerRoot, .groupRoot, .bundle, .inbox, .inboxItem, .stray:
+            return false
+        }
+    }
+
     /// Whether everything below an item of this zone is in this zone too.
     public var isInheritedByChildren: Bool { !isFixedPlace }
 

@@ -3,6 +3,49 @@ import XCTest
 
 /// What ordinary tools expect of a local disk, each checked in a plain directory first.
 final class DiskLikeTests: MountedTestCase {
+    /// A name found missing stays missing for the kernel only until the mount makes it, whatever
+    /// makes it; a program that asks for it again and again (SQLite's journal checks) is answered
+    /// by the kernel (docs/conformance.md, "Missing names").
+    func testAMissingNameIsRememberedUntilTheMountMakesIt() throws {
+        everywhere("""
+        python3 - <<'EOF'
+        import os
+        def seen(name): return os.path.lexists(name)
+        made = []
+        for make in ("open('n', 'w').close()", "os.mkdir('n')", "os.symlink('t', 'n')", "os.link('other', 'n')",
+                     "os.rename('other', 'n')", "os.mknod('n', 0o600 | 0o010000)"):
+            open('other', 'a').close()
+            before = seen('n')
+            exec(make)
+            made.append((before, seen('n')))
+            os.rmdir('n') if os.path.isdir('n') and not os.path.islink('n') else os.unlink('n')
+            made.append(seen('n'))
+        print(made)
+        EOF
+        """, expected: "[(False, True), False, (False, True), False, (False, True), False, (False, True), False, "
+                       + "(False, True), False, (False, True), False]\n")
+        let asked = try mounted.calls("newfstatat") {
+            syscall("""
+            for round in range(20):
+                assert not os.path.exists('Documents/absent')
+            """, errno: 0)
+        }.filter { $0.contains("\"absent\"") }
+        XCTAssertLessThanOrEqual(asked.count, 2, "looked up for each of 20 checks: \(asked)")
+    }
+
+    /// Where names come from outside the mount, a name found missing is asked for again: a
+    /// delivery to the Inbox shows at once to a program that looked for it before.
+    func testADeliveryShowsAtOnceAfterALookUpFoundItMissing() throws {
+        let file = mounted.root.appendingPathComponent("late.txt").path
+        XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("late\n".utf8)))
+        let result = Shell.run("""
+        test ! -e Documents/Inbox/late.txt
+        \(Shell.quote(MountedStore.executable)) deliver \(Shell.quote(mounted.store.root)) com.example.notes \(Shell.quote(file)) > /dev/null
+        cat Documents/Inbox/late.txt
+        """, in: home)
+        XCTAssertEqual(result.output, "late\n", result.error)
+    }
+
     func testTimesSetOnNewFilesAreKept() {
         // touch -d sets the times through the descriptor it created the file with; tar -x and
         // cp -p set them on files just written, empty ones too.

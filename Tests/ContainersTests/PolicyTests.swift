@@ -30,6 +30,23 @@ final class PolicyTests: XCTestCase {
         XCTAssertEqual(Zone.bundle.child(named: "Info.plist"), .bundle)
     }
 
+    /// The kernel may remember a missing name only where names come through the mount alone.
+    func testMissingNamesAreKeptWhereOnlyTheMountMakesNames() {
+        func keeps(_ zone: Zone, _ name: String) -> Bool {
+            Array(name.utf8).withUnsafeBytes { zone.keepsMissingName($0) }
+        }
+        for (zone, name) in [(Zone.documents, "notes.txt"), (.data, "Inbox"), (.library, "Saved"), (.libraryDirectory, "db"),
+                             (.caches, "thumbs"), (.cachesItem, "x"), (.tmp, "x"), (.tmpItem, "x")] {
+            XCTAssertTrue(keeps(zone, name), "\(zone) \(name)")
+        }
+        for (zone, name) in [(Zone.mountRoot, "com.example.new"), (.containerRoot, "Documents"), (.containerRoot, "junk"),
+                             (.groupRoot, "shared.sqlite"), (.bundle, "Info.plist"), (.documents, "Inbox"),
+                             (.inbox, "report.pdf"), (.inboxItem, "x"), (.library, "Caches"),
+                             (.library, "Application Support"), (.stray, "x")] {
+            XCTAssertFalse(keeps(zone, name), "\(zone) \(name)")
+        }
+    }
+
     func testAGroupContainerKeepsItsLibraryAndTakesFilesAtItsTop() {
         XCTAssertEqual(Zone.mountRoot.child(named: "group.com.example.shared"), .groupRoot)
         XCTAssertEqual(Zone.mountRoot.child(named: "group."), .containerRoot)
