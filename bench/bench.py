@@ -366,8 +366,21 @@ def workload_metadata(directory):
     for name in names:
         os.unlink(name)
     unlink = time.perf_counter() - start
+    # A search path, as a compiler's include search or Python's imports walk it: each name is
+    # looked for in every directory, and found in none.
+    search = [os.path.join(folder, f"path{index}") for index in range(6)]
+    for place in search:
+        os.mkdir(place)
+    start = time.perf_counter()
+    for _ in range(300):
+        for header in range(20):
+            for place in search:
+                os.path.exists(os.path.join(place, f"header{header}.h"))
+    missing = time.perf_counter() - start
+    for place in search:
+        os.rmdir(place)
     os.rmdir(folder)
-    return {"meta_create": create, "meta_stat": stat, "meta_unlink": unlink}
+    return {"meta_create": create, "meta_stat": stat, "meta_unlink": unlink, "meta_missing": missing}
 
 
 def workload_tree(directory, archive, scratch):
@@ -576,6 +589,7 @@ WORKLOADS = [
     ("meta_create", "create {meta} small files", "s", 1, TARGETS),
     ("meta_stat", "stat {meta} files (cold cache)", "s", 1, TARGETS),
     ("meta_unlink", "unlink {meta} files", "s", 1, TARGETS),
+    ("meta_missing", "stat 36,000 missing names (a search path: 6 directories, 20 names, 300 rounds)", "s", 1, TARGETS),
     ("tar_extract", "tar extract {tree} ({tree_files} entries)", "s", 1, TARGETS),
     ("ls_lR", "ls -lR of that tree (cold cache)", "s", 1, TARGETS),
     ("tar_create", "tar create of that tree (cold cache)", "s", 1, TARGETS),
