@@ -32,7 +32,7 @@ extension ContainerFileSystem {
                 }
                 access.end(tookEffect: error == 0)
                 guard error == 0 else { return request.reply(error: error) }
-                self.replyEntry(request, parent: parentNode, name: name)
+                self.replyEntry(request, parent: parentNode, name: name, lookingUp: false)
             }
         }
     }

@@ -199,10 +199,19 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         entry.generation = UInt64(node.generation)
     }
 
-    /// Answers a request that made `name` in `parent` with its entry.
-    func replyEntry(_ request: FuseRequest, parent: Node, name: FileName) {
+    /// Answers a look-up of `name` in `parent` (`lookingUp`), or a request that made it, with its
+    /// entry. A missing name looked up is answered as an entry without a node where the zone keeps
+    /// one: the kernel keeps it as long as a found one, and the next `stat` or `open` of it
+    /// (SQLite's journal checks, a compiler's include search) is answered without asking
+    /// (docs/conformance.md, "Missing names").
+    func replyEntry(_ request: FuseRequest, parent: Node, name: FileName, lookingUp: Bool) {
         var entry = fuse_entry_param()
         let error = lookupEntry(parent: parent, name: name, entry: &entry, for: request.caller.uid)
+        if error == ENOENT, lookingUp, parent.zone.keepsMissingName(name.bytes) {
+            entry = fuse_entry_param()
+            entry.entry_timeout = timeouts.entries
+            return request.reply(entry: &entry)
+        }
         error == 0 ? request.reply(entry: &entry) : request.reply(error: error)
     }
 
@@ -222,18 +231,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
         if name.isDotOrDotDot { return lookupDots(request, of: parent, parentOfIt: name.length == 2) }
         let error = nameError(name)
         guard error == 0 else { return request.reply(error: error) }
-        let parentNode = nodes.node(parent)
-        var entry = fuse_entry_param()
-        let found = lookupEntry(parent: parentNode, name: name, entry: &entry, for: request.caller.uid)
-        // A missing name answered as an entry without a node: the kernel keeps it as long as a
-        // found one, and the next `stat` or `open` of it (SQLite's journal checks, a compiler's
-        // include search) is answered without asking (docs/conformance.md, "Missing names").
-        if found == ENOENT, parentNode.zone.keepsMissingName(name.bytes) {
-            entry = fuse_entry_param()
-            entry.entry_timeout = timeouts.entries
-            return request.reply(entry: &entry)
-        }
-        found == 0 ? request.reply(entry: &entry) : request.reply(error: found)
+        replyEntry(request, parent: nodes.node(parent), name: name, lookingUp: true)
     }
 
     /// With export support (`FUSE_CAP_EXPORT_SUPPORT`) the kernel asks for `..` of a directory it

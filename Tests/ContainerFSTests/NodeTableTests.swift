@@ -35,6 +35,17 @@ final class NodeTableTests: XCTestCase {
                                                  name: FileName($0), for: 0) }
     }
 
+    /// Publishes `content` over `name`, `node`'s file, as `Shadows.moveIntoPlace` does.
+    private func publish(_ content: String, over node: Node, named name: String) {
+        let shadow = directory + "/.shadow"
+        XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data(content.utf8)))
+        var attributes = stat()
+        XCTAssertEqual(lstat(shadow, &attributes), 0)
+        let previous = nodes.republish(node, as: BackingKey(attributes))
+        XCTAssertEqual(rename(shadow, directory + "/" + name), 0)
+        nodes.finishRepublish(node, previous: previous)
+    }
+
     /// A parent's last reference may go while its child's place lock is held (`setPlace`): a node
     /// that took a place lock as it went would wait forever on its child's when both are of one
     /// stripe (as the first build that kept a publish's replaced key by the stripe did).
@@ -102,13 +113,7 @@ final class NodeTableTests: XCTestCase {
         XCTAssertFalse(node.hasNoCapability, "read while they changed")
 
         node.noteNoCapability(asOf: node.capabilityStamp)
-        let shadow = directory + "/.shadow"
-        XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data("1".utf8)))
-        var attributes = stat()
-        XCTAssertEqual(lstat(shadow, &attributes), 0)
-        let previous = nodes.republish(node, as: BackingKey(attributes))
-        XCTAssertEqual(rename(shadow, directory + "/f"), 0)
-        nodes.finishRepublish(node, previous: previous)
+        publish("1", over: node, named: "f")
         XCTAssertFalse(node.hasNoCapability, "another file took its place")
 
         nodes.detach(node)
@@ -134,13 +139,7 @@ final class NodeTableTests: XCTestCase {
         }
         looker.start()
         for round in 1...publishes {
-            let shadow = directory + "/.shadow"
-            XCTAssertTrue(FileManager.default.createFile(atPath: shadow, contents: Data("\(round)".utf8)))
-            var attributes = stat()
-            XCTAssertEqual(lstat(shadow, &attributes), 0)
-            let previous = nodes.republish(node, as: BackingKey(attributes))
-            XCTAssertEqual(rename(shadow, directory + "/f"), 0)
-            nodes.finishRepublish(node, previous: previous)
+            publish("\(round)", over: node, named: "f")
         }
         done.store(true, ordering: .releasing)
         while !looker.isFinished { usleep(1000) }
