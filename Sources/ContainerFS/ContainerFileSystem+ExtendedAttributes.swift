@@ -36,7 +36,7 @@ extension ContainerFileSystem {
                 }
             }
             // Even a failed change may have changed something (a shadow's copy failed).
-            node.attributesChanged()
+            self.nodes.attributesChanged(of: node)
             if error == 0, choosesInPlace { self.inPlaceGeneration.add(1, ordering: .releasing) }
             access.end(tookEffect: error == 0)
             request.reply(error: error)

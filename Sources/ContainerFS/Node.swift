@@ -87,8 +87,9 @@ final class Node: @unchecked Sendable {
         get { Zone(rawValue: zoneValue.load(ordering: .relaxed))! }
         set { zoneValue.store(newValue.rawValue, ordering: .relaxed) }
     }
-    /// `evictedFlag` and `detachedFlag`, set once each, never cleared; `noCapabilityFlag`, and
-    /// above it a count of the changes of the file's extended attributes (see `noteNoCapability`).
+    /// `evictedFlag`, `detachedFlag` and `unnamedFlag`, set once each, never cleared;
+    /// `noCapabilityFlag`, and above it a count of the changes of the file's extended attributes
+    /// (see `noteNoCapability`).
     private let flags = Atomic<UInt8>(0)
     /// Set when the node lost its item and its inode number went to another file: it answers
     /// ESTALE (the kernel then looks the name up again).
@@ -99,8 +100,11 @@ final class Node: @unchecked Sendable {
     /// Set when the file was found to carry no `security.capability`; cleared when its extended
     /// attributes change through the mount or a publish replaces it.
     private static let noCapabilityFlag: UInt8 = 4
-    /// One change of the extended attributes, counted in the bits above the flags (mod 32).
-    private static let attributeChange: UInt8 = 8
+    /// Set for the node of an unnamed file (`NodeTable.rememberUnnamed`), which a `link` gives a
+    /// second node.
+    private static let unnamedFlag: UInt8 = 8
+    /// One change of the extended attributes, counted in the bits above the flags (mod 16).
+    private static let attributeChange: UInt8 = 16
     /// The file type bits of `st_mode` (`S_IFMT`), shifted right by 12.
     private let typeBits: UInt8
     var fileType: mode_t { mode_t(typeBits) << 12 }
@@ -399,10 +403,21 @@ final class Node: @unchecked Sendable {
 
     /// Records that the file had no `security.capability` when read after `stamp` was taken,
     /// unless its attributes changed (or it was replaced) since: the answer may be stale then.
+    /// A node that may share its file with another node (detached, unnamed) keeps no answer: a
+    /// change through the other would not reach it.
     func noteNoCapability(asOf stamp: UInt8) {
+        guard !Node.sharesItsFile(stamp) else { return }
         _ = flags.compareExchange(expected: stamp, desired: stamp | Node.noCapabilityFlag,
                                   ordering: .acquiringAndReleasing)
     }
+
+    /// Whether a node with `flags` may share its file with another node: detached (the name's new
+    /// node has the same file until a publish) or unnamed (a `link` names it with another node).
+    private static func sharesItsFile(_ flags: UInt8) -> Bool { flags & (detachedFlag | unnamedFlag) != 0 }
+
+    var sharesItsFile: Bool { Node.sharesItsFile(flags.load(ordering: .acquiring)) }
+
+    fileprivate func markUnnamed() { flags.bitwiseOr(Node.unnamedFlag, ordering: .releasing) }
 
     /// The file's extended attributes changed, or another file took its place: a capability
     /// answer read before is stale. Called after the change, so that a read racing with it
@@ -416,6 +431,8 @@ final class Node: @unchecked Sendable {
     /// whatever later happens to the name. False if it was detached already.
     fileprivate func markDetached() -> Bool {
         guard flags.bitwiseOr(Node.detachedFlag, ordering: .acquiringAndReleasing).oldValue & Node.detachedFlag == 0 else { return false }
+        // Another node gets the name, and the file with it (`noteNoCapability`).
+        flags.bitwiseAnd(~Node.noCapabilityFlag, ordering: .acquiringAndReleasing)
         guard !holdsItem else { return true }
         var attributes = stat()
         let descriptor = openByName(&attributes)
@@ -698,6 +715,15 @@ final class NodeTable: @unchecked Sendable {
         }
     }
 
+    /// The extended attributes of `node`'s file changed (`Node.attributesChanged`); when the node
+    /// shares its file, so did those of the name's node for it.
+    func attributesChanged(of node: Node) {
+        node.attributesChanged()
+        guard node.sharesItsFile else { return }
+        let named = state.withLock { $0.nodes[node.currentKey] }
+        if let named, named !== node { named.attributesChanged() }
+    }
+
     /// Adds a node, with one kernel reference, for an unnamed file in `parent` (`open(O_TMPFILE)`),
     /// pinned by `pin`, an `O_PATH` descriptor on it. It stays out of the index: a `link` that names
     /// the file gets a node of its own for the name, which publishes can move, and this one keeps
@@ -707,6 +733,7 @@ final class NodeTable: @unchecked Sendable {
             let node = Node(descriptor: -1, attributes: attributes, exposedInode: state.exposedInode(for: BackingKey(attributes)),
                             zone: zone, parent: parent, name: .empty, generation: state.nextGeneration())
             _ = node.pin(pin)
+            node.markUnnamed()
             node.lookups = 1
             _ = Unmanaged.passRetained(node)
             return node

@@ -116,11 +116,48 @@ final class NodeTableTests: XCTestCase {
         publish("1", over: node, named: "f")
         XCTAssertFalse(node.hasNoCapability, "another file took its place")
 
-        nodes.detach(node)
+        node.evict()
         for _ in 0..<70 { node.attributesChanged() }
         node.noteNoCapability(asOf: node.capabilityStamp)
-        XCTAssertTrue(node.isDetached && node.hasNoCapability)
-        XCTAssertEqual(node.attributesByName().1, 0, "not evicted by the count")
+        XCTAssertTrue(node.hasNoCapability)
+        XCTAssertEqual(node.attributesByName().1, ESTALE, "still evicted after the count")
+        XCTAssertFalse(node.isDetached, "not detached by the count")
+    }
+
+    /// A node that shares its file with another keeps no capability answer, and a change of the
+    /// attributes through it reaches the other's: a detached node and the name's new node, an
+    /// unnamed file's node and the node its link made.
+    func testANodeThatSharesItsFileKeepsNoCapabilityAnswer() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let detached = try XCTUnwrap(lookUp("f"))
+        detached.noteNoCapability(asOf: detached.capabilityStamp)
+        nodes.detach(detached)
+        XCTAssertFalse(detached.hasNoCapability, "detached: the name's next node has the file")
+        detached.noteNoCapability(asOf: detached.capabilityStamp)
+        XCTAssertFalse(detached.hasNoCapability)
+        let named = try XCTUnwrap(lookUp("f"))
+        XCTAssertTrue(named !== detached)
+        named.noteNoCapability(asOf: named.capabilityStamp)
+        XCTAssertTrue(named.hasNoCapability)
+        nodes.attributesChanged(of: detached)
+        XCTAssertFalse(named.hasNoCapability, "changed through the detached node")
+
+        let file = open(directory, O_RDWR | O_TMPFILE | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(file, 0)
+        defer { close(file) }
+        let pin = open("/proc/self/fd/\(file)", O_PATH | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(pin, 0)
+        var attributes = stat()
+        XCTAssertEqual(fstat(file, &attributes), 0)
+        let unnamed = nodes.rememberUnnamed(pin: pin, attributes: attributes, zone: .data, parent: nodes.root)
+        unnamed.noteNoCapability(asOf: unnamed.capabilityStamp)
+        XCTAssertFalse(unnamed.hasNoCapability, "unnamed: a link names the file with another node")
+        XCTAssertEqual(linkat(AT_FDCWD, "/proc/self/fd/\(file)", AT_FDCWD, directory + "/linked", AT_SYMLINK_FOLLOW), 0)
+        let linked = try XCTUnwrap(lookUp("linked"))
+        linked.noteNoCapability(asOf: linked.capabilityStamp)
+        nodes.attributesChanged(of: unnamed)
+        XCTAssertFalse(linked.hasNoCapability, "changed through the unnamed file's node")
+        nodes.forget(nodes.inodeNumber(of: unnamed), count: 1)
     }
 
     /// A file republished over and over, as a rewrite's publishes do (`Shadows.moveIntoPlace`),
