@@ -61,7 +61,7 @@ extension ContainerFileSystem {
             // cache: the daemon's own buffers are not aligned as O_DIRECT requires, and a descriptor
             // registered for passthrough serves later opens too.
             let openFlags = (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_DIRECT)) | O_CLOEXEC
-            let openFile = { (readWrite: Bool) in node.withProcPath { Glibc.open($0, readWrite ? O_RDWR | O_CLOEXEC : openFlags) } }
+            let openFile = { (readWrite: Bool) in readWrite ? node.openForReadingAndWriting() : node.withProcPath { Glibc.open($0, openFlags) } }
             guard node.isRegularFile else {
                 let descriptor = openFile(false)
                 guard descriptor >= 0 else { return self.fail(request, errno, access: access) }

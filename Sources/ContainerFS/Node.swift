@@ -327,6 +327,12 @@ final class Node: @unchecked Sendable {
         func isSame(as other: Place) -> Bool { change == other.change }
     }
 
+    /// Whether the item with `attributes`, found at `place`, is the node's: one of its files, and
+    /// of its type (a file removed behind the daemon's back may leave its inode number to a FIFO).
+    private func isMine(_ attributes: stat, at place: Place) -> Bool {
+        place.isMine(BackingKey(attributes)) && attributes.st_mode & S_IFMT == fileType
+    }
+
     /// The parent and name the node was last seen under (nil parent: the root), and its files.
     private var place: Place {
         Node.placeLocks[stripe].withLock { places in
@@ -481,7 +487,7 @@ final class Node: @unchecked Sendable {
         for _ in 0..<4 {
             guard let parent = place.parent, !isEvicted else { return (attributes, ESTALE) }
             let result = place.name.withCString { fstatat(parent.descriptor, $0, &attributes, AT_SYMLINK_NOFOLLOW) }
-            let error: Int32 = result != 0 ? (errno == ENOENT ? ESTALE : errno) : place.isMine(BackingKey(attributes)) ? 0 : ESTALE
+            let error: Int32 = result != 0 ? (errno == ENOENT ? ESTALE : errno) : isMine(attributes, at: place) ? 0 : ESTALE
             if error == 0 { return (attributes, 0) }
             let now = self.place
             if now.isSame(as: place) { return (attributes, error) }
@@ -526,6 +532,35 @@ final class Node: @unchecked Sendable {
         withDescriptor { Backing.withProcPath($0, body) }
     }
 
+    /// The node's regular file opened to read and write, or -1 with errno set (ESTALE if the name
+    /// leads elsewhere). By name where the node holds no descriptor, then checked, as `openByName`
+    /// checks its `O_PATH` descriptor: two calls where the `O_PATH` descriptor and its reopen
+    /// through `/proc` cost four, and the path walk through `/proc` is the dearest of them. Safe by
+    /// name: `O_RDWR` never blocks (a FIFO has then a reader and a writer), a socket refuses it, the
+    /// mount makes no devices (`mknod`), and no flag of it changes the file.
+    func openForReadingAndWriting() -> Int32 {
+        let flags = O_RDWR | O_CLOEXEC
+        let held = held
+        if held >= 0 { return Backing.withProcPath(held) { Glibc.open($0, flags) } }
+        let place = place
+        guard let parent = place.parent, !isEvicted else {
+            errno = ESTALE
+            return -1
+        }
+        let descriptor = place.name.withCString { openat(parent.descriptor, $0, flags | O_NOFOLLOW | O_NOCTTY) }
+        guard descriptor >= 0 else {
+            if errno == ENOENT || errno == ELOOP { errno = ESTALE }
+            return -1
+        }
+        var attributes = stat()
+        guard fstat(descriptor, &attributes) == 0, isMine(attributes, at: place) else {
+            close(descriptor)
+            errno = ESTALE
+            return -1
+        }
+        return descriptor
+    }
+
     /// Keeps the item reachable after its name goes (unlink, or a rename over it): the node then
     /// holds `descriptor`, an `O_PATH` descriptor on its item. False if it needs none (the caller
     /// closes it then).
@@ -547,7 +582,7 @@ final class Node: @unchecked Sendable {
             if errno == ENOENT { errno = ESTALE }
             return -1
         }
-        guard fstat(descriptor, &attributes) == 0, place.isMine(BackingKey(attributes)) else {
+        guard fstat(descriptor, &attributes) == 0, isMine(attributes, at: place) else {
             close(descriptor)
             errno = ESTALE
             return -1

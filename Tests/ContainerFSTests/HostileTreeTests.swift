@@ -67,4 +67,32 @@ final class HostileTreeTests: MountedTestCase {
         try FileManager.default.removeItem(atPath: mounted.backing() + "/Documents/hello.txt")
         shFails("cat Documents/hello.txt", with: ENOENT)
     }
+
+    func testAFileReplacedByAFIFOWhileAnOpenWaitsOpensTheFIFO() throws {
+        // A client's coordinated write holds a reader's open after the daemon checked the name;
+        // meanwhile a FIFO takes the file's place in the store. The daemon then opens by name what
+        // it took for the file, which must neither block nor pass for it: the reader gets the FIFO,
+        // as an open after the change gets it on a plain disk, and a writer's line through it.
+        let backing = Shell.quote(mounted.backing() + "/Documents/hello.txt")
+        let plain = mounted.root.appendingPathComponent("plain-fifo").path
+        try FileManager.default.createDirectory(atPath: plain, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: plain) }
+        let onDisk = Shell.run("""
+            echo hello > file; rm file; mkfifo file
+            timeout 10 cat file & sleep 0.5; timeout 10 sh -c 'echo fifo > file'; wait
+            """, in: plain)
+        XCTAssertEqual(onDisk.output, "fifo\n", onDisk.error)
+        XCTAssertEqual(sh("cat Documents/hello.txt"), "hello\n")
+        // The reader starts once the client holds the file (the marker), and the FIFO comes later.
+        let marker = Shell.quote(plain + "/held")
+        let replace = "touch \(marker); sleep 1; rm \(backing); mkfifo \(backing)"
+        let result = Shell.run("""
+            \(Shell.quote(MountedStore.executable)) coordinate --write Documents/hello.txt -- sh -c \(Shell.quote(replace)) & holder=$!
+            for i in $(seq 200); do [ -e \(marker) ] && break; sleep 0.05; done
+            sleep 0.2; timeout 10 cat Documents/hello.txt & reader=$!
+            wait $holder; sleep 0.5; timeout 10 sh -c 'echo fifo > Documents/hello.txt'; wait $reader
+            """, in: home)
+        XCTAssertEqual(result.output, onDisk.output, result.error)
+        XCTAssertEqual(sh("stat -c %F Documents/hello.txt"), "fifo\n")
+    }
 }
