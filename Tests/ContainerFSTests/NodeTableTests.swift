@@ -184,6 +184,47 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(node.attributesByName().1, 0)
     }
 
+    /// A reader's descriptor to register is opened by name: it is the node's file, or ESTALE, never
+    /// another item at the name (another file, a FIFO, whose open must not block), and a pinned
+    /// node's file is reached without its name.
+    func testAnOpenByNameGetsTheNodesFileOrESTALE() throws {
+        func content(of descriptor: Int32) -> String {
+            var buffer = [UInt8](repeating: 0, count: 16)
+            let count = pread(descriptor, &buffer, buffer.count, 0)
+            close(descriptor)
+            return String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
+        }
+        let path = directory + "/f"
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("mine".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        let descriptor = node.openForReadingAndWriting()
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        XCTAssertEqual(fcntl(descriptor, F_GETFL) & O_ACCMODE, O_RDWR)
+        XCTAssertEqual(content(of: descriptor), "mine")
+        // Another file at the name (the node's own kept open, so that its number is not reused).
+        let kept = open(path, O_RDONLY | O_CLOEXEC)
+        XCTAssertEqual(unlink(path), 0)
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("other".utf8)))
+        XCTAssertEqual(node.openForReadingAndWriting(), -1)
+        XCTAssertEqual(errno, ESTALE)
+        // A FIFO: opened to read and write it does not wait for a writer.
+        XCTAssertEqual(unlink(path), 0)
+        XCTAssertEqual(mkfifo(path, 0o644), 0)
+        XCTAssertEqual(node.openForReadingAndWriting(), -1)
+        XCTAssertEqual(errno, ESTALE)
+        XCTAssertEqual(unlink(path), 0)
+        XCTAssertEqual(node.openForReadingAndWriting(), -1)
+        XCTAssertEqual(errno, ESTALE)
+        // Pinned (its name removed through the mount): its own file, by the pin.
+        let pin = open("/proc/self/fd/\(kept)", O_PATH | O_CLOEXEC)
+        close(kept)
+        XCTAssertTrue(node.pin(pin))
+        let pinned = node.openForReadingAndWriting()
+        XCTAssertGreaterThanOrEqual(pinned, 0)
+        XCTAssertEqual(content(of: pinned), "mine")
+        nodes.forget(nodes.inodeNumber(of: node), count: 1)
+    }
+
     /// A node that was only looked up carries no file state (a node per item `find` or `ls -lR`
     /// names adds up); an open makes it, and what the open counted is gone once it closes.
     func testOnlyAnOpenGivesANodeItsFileState() throws {
