@@ -533,32 +533,16 @@ final class Node: @unchecked Sendable {
     }
 
     /// The node's regular file opened to read and write, or -1 with errno set (ESTALE if the name
-    /// leads elsewhere). By name where the node holds no descriptor, then checked, as `openByName`
-    /// checks its `O_PATH` descriptor: two calls where the `O_PATH` descriptor and its reopen
-    /// through `/proc` cost four, and the path walk through `/proc` is the dearest of them. Safe by
-    /// name: `O_RDWR` never blocks (a FIFO has then a reader and a writer), a socket refuses it, the
-    /// mount makes no devices (`mknod`), and no flag of it changes the file.
+    /// leads elsewhere). By name where the node holds no descriptor, then checked: two calls where
+    /// an `O_PATH` descriptor and its reopen through `/proc` cost four, and the path walk through
+    /// `/proc` is the dearest of them. Safe by name: `O_RDWR` never blocks (a FIFO has then a
+    /// reader and a writer), a socket refuses it, the mount makes no devices (`mknod`), and no flag
+    /// of it changes the file.
     func openForReadingAndWriting() -> Int32 {
-        let flags = O_RDWR | O_CLOEXEC
         let held = held
-        if held >= 0 { return Backing.withProcPath(held) { Glibc.open($0, flags) } }
-        let place = place
-        guard let parent = place.parent, !isEvicted else {
-            errno = ESTALE
-            return -1
-        }
-        let descriptor = place.name.withCString { openat(parent.descriptor, $0, flags | O_NOFOLLOW | O_NOCTTY) }
-        guard descriptor >= 0 else {
-            if errno == ENOENT || errno == ELOOP { errno = ESTALE }
-            return -1
-        }
+        if held >= 0 { return Backing.withProcPath(held) { Glibc.open($0, O_RDWR | O_CLOEXEC) } }
         var attributes = stat()
-        guard fstat(descriptor, &attributes) == 0, isMine(attributes, at: place) else {
-            close(descriptor)
-            errno = ESTALE
-            return -1
-        }
-        return descriptor
+        return openByName(&attributes, flags: O_RDWR | O_NOCTTY)
     }
 
     /// Keeps the item reachable after its name goes (unlink, or a rename over it): the node then
@@ -569,17 +553,19 @@ final class Node: @unchecked Sendable {
         return pinned.compareExchange(expected: -1, desired: descriptor, ordering: .acquiringAndReleasing).exchanged
     }
 
-    /// An `O_PATH` descriptor on the item, opened by name and checked to be the node's file (with
-    /// the attributes the check read), or -1 with errno set (ESTALE if the name leads elsewhere).
-    private func openByName(_ attributes: inout stat) -> Int32 {
+    /// The item opened by name (an `O_PATH` descriptor unless `flags` say otherwise; never
+    /// following a symlink) and checked to be the node's file (with the attributes the check read),
+    /// or -1 with errno set (ESTALE if the name leads elsewhere).
+    private func openByName(_ attributes: inout stat, flags: Int32 = O_PATH) -> Int32 {
         let place = place
         guard let parent = place.parent, !isEvicted else {
             errno = ESTALE
             return -1
         }
-        let descriptor = place.name.withCString { Backing.openPath($0, in: parent.descriptor) }
+        let descriptor = place.name.withCString { openat(parent.descriptor, $0, flags | O_NOFOLLOW | O_CLOEXEC) }
         guard descriptor >= 0 else {
-            if errno == ENOENT { errno = ESTALE }
+            // ELOOP: a symlink at the name, where the node is no symlink (O_PATH opens one).
+            if errno == ENOENT || errno == ELOOP { errno = ESTALE }
             return -1
         }
         guard fstat(descriptor, &attributes) == 0, isMine(attributes, at: place) else {
