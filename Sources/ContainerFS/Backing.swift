@@ -61,10 +61,11 @@ enum Backing {
         return (BackingKey(device: device, inode: inode), off_t(size))
     }
 
-    /// An `O_PATH` descriptor on `name` in `directory`, never following a symlink.
+    /// A descriptor on `name` in `directory` (an `O_PATH` one unless `flags` say otherwise),
+    /// never following a symlink.
     @inline(__always)
-    static func openPath(_ name: UnsafePointer<CChar>, in directory: Int32) -> Int32 {
-        openat(directory, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+    static func openPath(_ name: UnsafePointer<CChar>, in directory: Int32, flags: Int32 = O_PATH) -> Int32 {
+        openat(directory, name, flags | O_NOFOLLOW | O_CLOEXEC)
     }
 
     /// Runs `body` with a NUL-terminated copy of a name kept as bytes.

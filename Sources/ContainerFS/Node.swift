@@ -562,7 +562,7 @@ final class Node: @unchecked Sendable {
             errno = ESTALE
             return -1
         }
-        let descriptor = place.name.withCString { openat(parent.descriptor, $0, flags | O_NOFOLLOW | O_CLOEXEC) }
+        let descriptor = place.name.withCString { Backing.openPath($0, in: parent.descriptor, flags: flags) }
         guard descriptor >= 0 else {
             // ELOOP: a symlink at the name, where the node is no symlink (O_PATH opens one).
             if errno == ENOENT || errno == ELOOP { errno = ESTALE }
