@@ -26,7 +26,10 @@ extension ContainerFileSystem {
         // Replaced or removed in the store behind the daemon's back: ESTALE makes the kernel look
         // the name up again and retry.
         let named = attributesIfMayBeStale(node)
-        guard (named?.1 ?? 0) == 0 else { return request.reply(error: ESTALE) }
+        guard (named?.1 ?? 0) == 0 else {
+            if writing, let named { makeWay(at: named.0, forWriterWith: flags) }
+            return request.reply(error: ESTALE)
+        }
         guard let charge = nodes.chargeHandle(for: request.caller.uid) else { return request.reply(error: EMFILE) }
         endFreshSession(of: node)
         let info = FileInfoCopy(file)
@@ -34,11 +37,14 @@ extension ContainerFileSystem {
         let live = writing && Sharing.opensLive(flags)
         let seen = node.holdsItem ? nil : named?.0
         // A reader's kind is asked only if it does not pass through (`HandleOpening`).
-        let inPlace = writing && (live || writesInPlace(node, seen: seen) || isLocked(node))
+        let writer = writing ? writerOpening(of: node, flags: flags, seen: seen) : nil
+        let inPlace = writer != nil
         // A node left to cached readers, or that has some: the same, for a node of the writer's own,
         // before presenters are asked to make way (joinSession checks again). One written in place
         // shares the kernel's cache with its readers, but not their passthrough (see Node.openHandle).
-        if writing, node.withSession({ yieldsToCachedReaders(node, session: $0, inPlace: inPlace ? (live ? .liveWriter : .inPlaceWriter) : nil) }) {
+        let wasDetached = node.isDetached
+        if writing, node.withSession({ yieldsToCachedReaders(node, session: $0, inPlace: writer) }) {
+            if wasDetached, let named { makeWay(at: named.0, forWriterWith: flags) }
             return request.reply(error: ESTALE)
         }
         if writing && !inPlace {
@@ -103,6 +109,33 @@ extension ContainerFileSystem {
             if case .passthroughLive? = handle.path {
                 kernel?.invalidateInode(nodes.inodeNumber(of: handle.node), offset: -1, length: 0)
             }
+        }
+    }
+
+    /// How a writer's open reaches the node's file in place (a live writer, or one in place), or nil
+    /// when it writes a shadow that its close publishes. `seen`: the attributes its name showed.
+    private func writerOpening(of node: Node, flags: Int32, seen: stat?) -> Sharing.Opening? {
+        if Sharing.opensLive(flags) { return .liveWriter }
+        return writesInPlace(node, seen: seen) || isLocked(node) ? .inPlaceWriter : nil
+    }
+
+    /// A writer's open found the kernel's node stale (left to its readers, or its name now another
+    /// file's, `attributes`: a lookup answered just before a publish renamed its file away gives the
+    /// kernel such a node). It answers ESTALE, and the kernel looks the name up again and retries
+    /// once: the name's node makes way for the retry here, as the retry would have it do, since a
+    /// second ESTALE reaches the program (docs/atomic-replace.md, "What readers see").
+    private func makeWay(at attributes: stat, forWriterWith flags: Int32) {
+        let key = BackingKey(attributes)
+        guard let current = nodes.existing(key), !current.isDetached else {
+            // The retry's lookup makes the node: it awaits the writer from the start.
+            return nodes.awaitWriter(at: key)
+        }
+        let writer = writerOpening(of: current, flags: flags, seen: attributes)
+        current.withSession { session in
+            // A node left to its readers awaits it already. One whose session ends (its last
+            // writer's release on its way) may take readers meanwhile: it awaits the writer too.
+            guard !yieldsToCachedReaders(current, session: session, inPlace: writer) else { return }
+            nodes.awaitWriter(at: key, on: current)
         }
     }
 

@@ -620,6 +620,14 @@ final class NodeTable: @unchecked Sendable {
             peak = max(peak, nodes.count)
         }
 
+        /// Has the nodes made for the file at `key` await a writer (`Sharing.awaitWriter`); until when.
+        mutating func awaitWriter(at key: BackingKey) -> UInt64 {
+            let now = DispatchTime.now().uptimeNanoseconds
+            if awaitingWriter.count >= 256 { awaitingWriter = awaitingWriter.filter { $0.value > now } }
+            awaitingWriter[key] = now + NodeTable.writerAwaited
+            return now + NodeTable.writerAwaited
+        }
+
         /// Whether the table shrank so far below its peak that its memory should go back: the
         /// index is rebuilt at its new size (a dictionary never shrinks by itself).
         mutating func shrinkIfFarBelowPeak() -> Bool {
@@ -819,13 +827,19 @@ final class NodeTable: @unchecked Sendable {
     /// kernel's inode is the readers' alone then, so the writer can move its size and cache no more.
     func detach(_ node: Node) {
         let newly = node.markDetached()
-        let now = DispatchTime.now().uptimeNanoseconds
         state.withLock { state in
             if newly { state.detached[node.key, default: 0] += 1 }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if state.awaitingWriter.count >= 256 { state.awaitingWriter = state.awaitingWriter.filter { $0.value > now } }
-            state.awaitingWriter[node.key] = now + NodeTable.writerAwaited
+            _ = state.awaitWriter(at: node.key)
         }
+    }
+
+    /// Makes the nodes made for the file at `key` until a writer comes take no cached readers, and
+    /// `node` too if given (the caller holds its session lock): a writer's open, retried by the
+    /// kernel, is on its way.
+    func awaitWriter(at key: BackingKey, on node: Node? = nil) {
+        let until = state.withLock { $0.awaitWriter(at: key) }
+        node?.sharing.awaitWriter(until: until)
     }
 
     /// How long the nodes made after a `detach` wait for the writer: its retried open may first
