@@ -201,8 +201,10 @@ final class NodeTableTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(descriptor, 0)
         XCTAssertEqual(fcntl(descriptor, F_GETFL) & O_ACCMODE, O_RDWR)
         XCTAssertEqual(content(of: descriptor), "mine")
-        // Another file at the name (the node's own kept open, so that its number is not reused).
+        // Another file at the name (the node's own kept open and linked as `own`, so that its number
+        // is not reused).
         let kept = open(path, O_RDONLY | O_CLOEXEC)
+        XCTAssertEqual(link(path, directory + "/own"), 0)
         XCTAssertEqual(unlink(path), 0)
         XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("other".utf8)))
         XCTAssertEqual(node.openForReadingAndWriting(), -1)
@@ -215,6 +217,11 @@ final class NodeTableTests: XCTestCase {
         XCTAssertEqual(unlink(path), 0)
         XCTAssertEqual(node.openForReadingAndWriting(), -1)
         XCTAssertEqual(errno, ESTALE)
+        // A symlink at the name, even one to the node's own file, is not followed (ELOOP).
+        XCTAssertEqual(symlink("own", path), 0)
+        XCTAssertEqual(node.openForReadingAndWriting(), -1)
+        XCTAssertEqual(errno, ESTALE)
+        XCTAssertEqual(unlink(path), 0)
         // Pinned (its name removed through the mount): its own file, by the pin.
         let pin = open("/proc/self/fd/\(kept)", O_PATH | O_CLOEXEC)
         close(kept)
