@@ -624,8 +624,9 @@ final class NodeTable: @unchecked Sendable {
         mutating func awaitWriter(at key: BackingKey) -> UInt64 {
             let now = DispatchTime.now().uptimeNanoseconds
             if awaitingWriter.count >= 256 { awaitingWriter = awaitingWriter.filter { $0.value > now } }
-            awaitingWriter[key] = now + NodeTable.writerAwaited
-            return now + NodeTable.writerAwaited
+            let until = now + NodeTable.writerAwaited
+            awaitingWriter[key] = until
+            return until
         }
 
         /// Whether the table shrank so far below its peak that its memory should go back: the

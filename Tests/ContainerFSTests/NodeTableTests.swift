@@ -232,6 +232,35 @@ final class NodeTableTests: XCTestCase {
         nodes.forget(nodes.inodeNumber(of: node), count: 1)
     }
 
+    /// A writer's open that found the kernel's node stale has the nodes of the name's file await
+    /// it (`NodeTable.awaitWriter`): the one there and any made until it comes (the kernel may
+    /// forget the first meanwhile) take no cached readers, so that the kernel's retry of the open
+    /// finds none in its way. Once it came, a new node takes them again.
+    func testNodesOfAFileAwaitingAWriterTakeNoCachedReadersUntilItComes() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        func registers(_ node: Node) -> Bool {
+            node.withSession { _ in
+                node.sharing.registers(writes: false, session: false, now: DispatchTime.now().uptimeNanoseconds, mayRegister: true)
+            }
+        }
+        let first = try XCTUnwrap(lookUp("f"))
+        XCTAssertTrue(registers(first))
+        first.withSession { _ in nodes.awaitWriter(at: first.key, on: first) }
+        XCTAssertFalse(registers(first))
+        nodes.forget(nodes.inodeNumber(of: first), count: 1)
+        let second = try XCTUnwrap(lookUp("f"))
+        XCTAssertFalse(second === first)
+        XCTAssertFalse(registers(second), "a node made while the writer is awaited awaits it too")
+        // The writer joins the second node's session, as `joinSession` tells the table.
+        second.withSession { _ in XCTAssertTrue(second.sharing.writerJoined()) }
+        nodes.writerArrived(at: second.key)
+        XCTAssertTrue(registers(second))
+        nodes.forget(nodes.inodeNumber(of: second), count: 1)
+        let third = try XCTUnwrap(lookUp("f"))
+        XCTAssertTrue(registers(third))
+        nodes.forget(nodes.inodeNumber(of: third), count: 1)
+    }
+
     /// A node that was only looked up carries no file state (a node per item `find` or `ls -lR`
     /// names adds up); an open makes it, and what the open counted is gone once it closes.
     func testOnlyAnOpenGivesANodeItsFileState() throws {
