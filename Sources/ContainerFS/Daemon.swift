@@ -47,6 +47,15 @@ public struct MountConfiguration {
         self.app = app
         self.mountPoint = mountPoint
     }
+
+    /// Whether it leaves every setting of the daemon's own at its default (what a mount sharing a
+    /// running daemon's gets: `MountSharing`).
+    var asksNoDaemonOptions: Bool {
+        let defaults = MountConfiguration(store: store, app: app, mountPoint: mountPoint)
+        return !debug && !singleThreaded && !allowOverlap && purgeThreshold == nil && purgeInterval == defaults.purgeInterval
+            && presenterTimeout == defaults.presenterTimeout && passthrough && ioUring && versionLimits == defaults.versionLimits
+            && largeFile == defaults.largeFile
+    }
 }
 
 /// Mounts a store, serves it until unmounted or signalled, and takes the mount down cleanly.
@@ -64,10 +73,16 @@ public enum Daemon {
         if let app = configuration.app, !store.isInstalled(app) {
             throw ContainerError("No app \(app) in the store \(store.root). `containerfs list \(store.root)` shows what is installed.")
         }
+        let wanted = ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue, pid: getpid(),
+                                 root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/"))
+        let (shared, notShared) = try shareRunningMount(configuration, wanted, logger: logger)
+        if shared {
+            signalReady(configuration.readinessDescriptor)
+            return
+        }
         // Registered first: a mount refused as another daemon's overlap must not touch its containers.
-        let lease = try MountRegistry.register(ActiveMount(mountPoint: mountPoint, app: configuration.app?.rawValue, pid: getpid(),
-                                                           root: configuration.directory.isEmpty ? nil : configuration.directory.joined(separator: "/")),
-                                               in: store, allowingOverlap: configuration.allowOverlap)
+        let lease = try MountRegistry.register(wanted, in: store, allowingOverlap: configuration.allowOverlap, notShared: notShared,
+                                               isMounted: { running in running.device.map(MountTable.isMounted) ?? true })
         defer { close(lease) }
         try prepareContainers(apps, of: store)
         // Groups' containers show in a mount of the whole store; they have no tmp of their own.
@@ -135,6 +150,12 @@ public enum Daemon {
         let session = try FuseSession(options: fuseArguments(configuration), fileSystem: fileSystem)
         fileSystem.kernel = session
         try session.mount(at: mountPoint)
+        // The device tells others whether the mount is still there, and where it shows.
+        var registered = wanted
+        registered.device = MountTable.entries().last { $0.mountPoint == mountPoint }?.device
+        do { try MountRegistry.update(lease, to: registered, in: store) } catch {
+            logger.warning("cannot record the mount's device; a mount of the same containers will not share it", metadata: ["error": "\(error)"])
+        }
         fileSystem.heldLocks = HeldLocks(ofMountAt: mountPoint)
         if fileSystem.heldLocks == nil {
             logger.warning("cannot find the mount's device; a rewrite of a file under locks will not keep them", metadata: ["mountpoint": "\(mountPoint)"])
@@ -277,6 +298,33 @@ public enum Daemon {
                              metadata: ["app": "\(app)", "error": "\(error)"])
                 return SealReport.unchecked(app, bundleName: (try? store.record(app))?.bundleName ?? "", because: error)
             }
+        }
+    }
+
+    /// Mounts `wanted` as a bind mount of a running daemon's mount that shows all of it, if one
+    /// does (`MountSharing`): only as root, who may bind, and for a mount in the background (`-f`
+    /// asks for a daemon of its own). When not shared, why not where a running mount shows it.
+    private static func shareRunningMount(_ configuration: MountConfiguration, _ wanted: ActiveMount,
+                                          logger: Logger) throws -> (shared: Bool, whyNot: String?) {
+        guard geteuid() == 0, !configuration.allowOverlap,
+              let running = try MountRegistry.active(in: configuration.store).first(where: { $0.overlaps(wanted) }),
+              let place = running.place(of: wanted) else { return (false, nil) }
+        guard configuration.readinessDescriptor != nil else { return (false, "it runs in the foreground") }
+        // Any mount of the daemon that shows the place: its own, or a bind mount of it.
+        let within = String(place.dropFirst(running.mountPoint.count))
+        guard let device = running.device, let (entry, shown) = MountTable.entries().reversed().lazy
+            .compactMap({ entry in entry.device == device ? entry.showing(within).map { (entry, $0) } : nil }).first else {
+            return (false, "no mount of that daemon shows it now")
+        }
+        switch MountSharing.flags(for: configuration, sharing: entry) {
+        case .failure(let refusal): return (false, refusal.reason)
+        case .success(let flags):
+            guard try MountSharing.bind(shown, of: running.pid, in: entry, to: wanted.mountPoint, flags: flags) else {
+                return (false, "\(shown) is not that daemon's mount any more")
+            }
+            logger.info("mounted as a bind mount of a running daemon's", metadata: ["mountpoint": "\(wanted.mountPoint)",
+                                                                                  "shows": "\(shown)", "daemon": "\(running.pid)"])
+            return (true, nil)
         }
     }
 

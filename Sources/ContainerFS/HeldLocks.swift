@@ -25,23 +25,9 @@ struct HeldLocks: Sendable {
     /// The locks of the mount at `mountPoint` (the last one there), whose device
     /// /proc/self/mountinfo tells; nil if it does not.
     init?(ofMountAt mountPoint: String) {
-        guard let file = fopen("/proc/self/mountinfo", "r") else { return nil }
-        defer { fclose(file) }
-        // Spaces and other bytes are escaped as octal there.
-        let escaped = mountPoint.replacingOccurrences(of: "\\", with: "\\134").replacingOccurrences(of: " ", with: "\\040")
-            .replacingOccurrences(of: "\t", with: "\\011").replacingOccurrences(of: "\n", with: "\\012")
-        var found: (UInt32, UInt32)?
-        var line: UnsafeMutablePointer<CChar>?
-        var capacity = 0
-        defer { free(line) }
-        while getline(&line, &capacity, file) > 0, let line {
-            let fields = String(cString: line).split(separator: " ")
-            guard fields.count > 4, fields[4] == escaped else { continue }
-            let numbers = fields[2].split(separator: ":").compactMap { UInt32($0) }
-            if numbers.count == 2 { found = (numbers[0], numbers[1]) }
-        }
-        guard let found else { return nil }
-        self.init(major: found.0, minor: found.1)
+        let numbers = MountTable.entries().last { $0.mountPoint == mountPoint }?.device.split(separator: ":").compactMap { UInt32($0) }
+        guard let numbers, numbers.count == 2 else { return nil }
+        self.init(major: numbers[0], minor: numbers[1])
     }
 
     /// Whether /proc/locks lists a lock (held or waited for) on the mount's inode `inode`.

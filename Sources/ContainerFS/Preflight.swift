@@ -96,18 +96,46 @@ enum Preflight {
 }
 
 /// Reads /proc/self/mountinfo.
-enum MountTable {
-    static func isMountPoint(_ path: String) -> Bool {
-        let target = (path as NSString).standardizingPath
-        return mountPoints().contains(target)
+public enum MountTable {
+    /// One mount: its filesystem's device (`major:minor`, shared by bind mounts of it), where it
+    /// shows, its type (`fuse.containerfs`) and its filesystem's options (`allow_other`, ...).
+    public struct Entry: Equatable, Sendable {
+        public var device: String
+        /// The directory of its filesystem it shows: `/`, or deeper for a bind mount of a directory.
+        public var root: String
+        public var mountPoint: String
+        public var type: String
+        public var superOptions: [String]
+
+        /// Where it shows `path` (a path in its filesystem, "" for the top), or nil if it does not.
+        func showing(_ path: String) -> String? {
+            if root == "/" { return mountPoint + path }
+            guard path == root || path.hasPrefix(root + "/") else { return nil }
+            return mountPoint + path.dropFirst(root.count)
+        }
     }
 
-    static func mountPoints() -> [String] {
+    /// Whether a mount of `device` is still there.
+    public static func isMounted(_ device: String) -> Bool { entries().contains { $0.device == device } }
+
+    static func isMountPoint(_ path: String) -> Bool {
+        let target = (path as NSString).standardizingPath
+        return entries().contains { $0.mountPoint == target }
+    }
+
+    /// The mounts, in the order the kernel lists them (a later one at a path covers an earlier).
+    public static func entries() -> [Entry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line in
-            let fields = line.split(separator: " ")
-            return fields.count > 4 ? unescape(String(fields[4])) : nil
-        }
+        return text.split(separator: "\n").compactMap { entry(String($0)) }
+    }
+
+    /// A line: ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS.
+    static func entry(_ line: String) -> Entry? {
+        let fields = line.split(separator: " ", omittingEmptySubsequences: false)
+        guard fields.count > 6, let separator = fields[6...].firstIndex(of: "-"), separator + 3 < fields.count else { return nil }
+        return Entry(device: String(fields[2]), root: unescape(String(fields[3])), mountPoint: unescape(String(fields[4])),
+                     type: String(fields[separator + 1]),
+                     superOptions: fields[separator + 3].split(separator: ",").map(String.init))
     }
 
     /// Mount paths escape space, tab, newline and backslash as octal.

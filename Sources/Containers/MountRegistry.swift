@@ -10,6 +10,9 @@ public struct ActiveMount: Codable, Sendable, Equatable {
     public var pid: Int32
     /// With `app`: the directory of its container mounted as the root (`root=`), or nil for the container.
     public var root: String?
+    /// The mount's device (`major:minor`, as /proc/self/mountinfo shows it, shared by bind mounts of
+    /// it), once mounted: while no mount has it, the daemon is finishing.
+    public var device: String?
 
     public init(mountPoint: String, app: String?, pid: Int32, root: String? = nil) {
         self.mountPoint = mountPoint
@@ -49,11 +52,36 @@ public enum MountRegistry {
     /// Registers this process as serving `mount`; the returned descriptor holds the lock until closed or exit.
     /// Refused while another daemon serves a container this one would, unless `allowingOverlap`
     /// (docs/lifecycle.md, "One daemon a container").
-    public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false) throws -> Int32 {
-        // One registration at a time: two daemons starting together would each miss the other.
-        try excludingRegistrations(in: store) { directory in
-            try register(mount, in: directory, of: store, allowingOverlap: allowingOverlap)
+    /// `notShared`: why the mount did not share the running one (docs/lifecycle.md), for the refusal.
+    /// `isMounted`: whether a running daemon's mount is still there; one whose mount is gone is
+    /// finishing (`umount` returns before its daemon exits), and is waited for, up to 10 s.
+    public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false,
+                                notShared: String? = nil, isMounted: (ActiveMount) -> Bool = { _ in true }) throws -> Int32 {
+        // One registration at a time: two daemons starting together would each miss the other. The
+        // wait for a finishing daemon is outside the lock, which that daemon takes at its end.
+        for wait in 0...1000 {
+            let registered = try excludingRegistrations(in: store) { directory in
+                try register(mount, in: directory, of: store, allowingOverlap: allowingOverlap, notShared: notShared,
+                             isMounted: wait < 1000 ? isMounted : { _ in true })
+            }
+            if let registered { return registered }
+            usleep(10_000)
         }
+        preconditionFailure("the last try registers or throws")
+    }
+
+    /// Writes the record of the running daemon that holds `descriptor` (its lease) again, as
+    /// `mount` now says (its device, once mounted).
+    public static func update(_ descriptor: Int32, to mount: ActiveMount, in store: Store) throws {
+        try write(mount, to: descriptor, at: store.workPath + "/mounts/\(mount.pid).json")
+    }
+
+    private static func write(_ mount: ActiveMount, to descriptor: Int32, at path: String) throws {
+        let data = try JSONEncoder().encode(mount)
+        // Others read the record to find the mount: a short or failed write is an error.
+        guard ftruncate(descriptor, 0) == 0 else { throw posixError("truncate", path) }
+        let written = data.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
+        guard written == data.count else { throw written < 0 ? posixError("write", path) : ContainerError("\(path): short write") }
     }
 
     /// Runs `body` (given the registry's directory) while no daemon registers: what it finds
@@ -70,7 +98,7 @@ public enum MountRegistry {
     }
 
     private static func register(_ mount: ActiveMount, in directory: DirectoryHandle, of store: Store,
-                                 allowingOverlap: Bool) throws -> Int32 {
+                                 allowingOverlap: Bool, notShared: String?, isMounted: (ActiveMount) -> Bool) throws -> Int32? {
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
         // Emptied only once locked: a record by this name that someone holds is a live daemon's.
@@ -89,9 +117,15 @@ public enum MountRegistry {
         }
         if !allowingOverlap {
             do {
-                if let other = try active(in: directory, skipping: name).first(where: { $0.overlaps(mount) }) {
+                let others = try active(in: directory, skipping: name).filter { $0.overlaps(mount) }
+                if others.contains(where: { !isMounted($0) }) {
+                    unlinkat(directory.fd, name, 0)
+                    close(descriptor)
+                    return nil
+                }
+                if let other = others.first {
                     let bind = other.place(of: mount).map {
-                        " (as root, `mount --bind \(shellWord($0)) \(shellWord(mount.mountPoint))` shows it here)"
+                        " (as root, `mount --bind \(shellWord($0)) \(shellWord(mount.mountPoint))` shows it here\(notShared.map { "; this mount did not share it, as a mount as root does, since \($0)" } ?? ""))"
                     } ?? ""
                     throw ContainerError("""
                         \(store.root): \(other.app.map { "\($0) is mounted alone" } ?? "the whole store is mounted") at \
@@ -108,17 +142,7 @@ public enum MountRegistry {
                 throw error
             }
         }
-        let data = try JSONEncoder().encode(mount)
-        // Others read the record to find the mount: a short or failed write is an error.
-        guard ftruncate(descriptor, 0) == 0 else {
-            let error = posixError("truncate", path)
-            close(descriptor)
-            unlinkat(directory.fd, name, 0)
-            throw error
-        }
-        let written = data.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        guard written == data.count else {
-            let error = written < 0 ? posixError("write", path) : ContainerError("\(path): short write")
+        do { try write(mount, to: descriptor, at: path) } catch {
             close(descriptor)
             unlinkat(directory.fd, name, 0)
             throw error

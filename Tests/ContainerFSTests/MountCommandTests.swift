@@ -125,16 +125,18 @@ final class MountCommandTests: XCTestCase {
     /// A second daemon for containers a running one serves is refused, and touches nothing: it
     /// would share none of the first mount's locks (each FUSE mount is a filesystem of its own to
     /// the kernel), and it emptied tmp under the first mount's programs. Apps mounted alone,
-    /// each by its own daemon, share nothing and mount side by side.
+    /// each by its own daemon, share nothing and mount side by side. (A mount as root that asks
+    /// nothing of a daemon's own shares the running one instead: the test after this.)
     func testASecondDaemonForTheSameContainersIsRefusedAndTouchesNothing() throws {
         let (kept, second, secondMounted) = try storeMountedWithAFileInTmp()
         let notes = mountPoint + "/" + SampleApps.notes
-        for (arguments, shown) in [("", mountPoint), ("--app \(SampleApps.notes)", notes),
-                                   ("--app \(SampleApps.notes) -o root=Documents", notes + "/Documents")] {
+        for (arguments, shown) in [("-o versions=3", mountPoint), ("--app \(SampleApps.notes) -o versions=3", notes),
+                                   ("--app \(SampleApps.notes) -o root=Documents,versions=3", notes + "/Documents")] {
             let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
             XCTAssertNotEqual(refused.status, 0, arguments)
             XCTAssertTrue(refused.error.contains("the whole store is mounted at \(mountPoint)") && refused.error.contains("-o allow_overlap")
                           && refused.error.contains("`mount --bind \(shown) \(second)`"), refused.error)
+            if geteuid() == 0 { XCTAssertTrue(refused.error.contains("since it asks for options of a daemon's own"), refused.error) }
             XCTAssertFalse(secondMounted(), arguments)
             XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "\(arguments): tmp kept")
         }
@@ -146,12 +148,81 @@ final class MountCommandTests: XCTestCase {
         let photos = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.photos)")
         XCTAssertEqual(photos.status, 0, photos.error)
         XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
-        for (arguments, bind) in [("", nil), ("--app \(SampleApps.notes)", "`mount --bind \(mountPoint) \(second)`")] {
+        for (arguments, bind) in [("", nil), ("--app \(SampleApps.notes) -f", "`mount --bind \(mountPoint) \(second)`")] {
             let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) \(arguments)")
             XCTAssertTrue(refused.status != 0 && refused.error.contains("\(SampleApps.notes) is mounted alone at \(mountPoint)")
                           && refused.error.contains("mount --bind") == (bind != nil) && bind.map(refused.error.contains) ?? true,
                           "\(arguments): \(refused.error)")
         }
+    }
+
+    /// A second mount as root of what a running daemon shows is a bind mount of that daemon's, as a
+    /// block device's filesystem is shared by all its mounts: one daemon, so one set of locks, one
+    /// tmp, one registration. Its own flags (read-only) apply to it alone; options of a daemon's
+    /// own, or a mount in the foreground, are refused (the test before this). The daemon serves
+    /// until its last mount goes, whichever is unmounted first, and an unmount that leaves
+    /// another does not wait for it.
+    func testASecondMountOfWhatARunningDaemonShowsSharesIt() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        let (kept, second, secondMounted) = try storeMountedWithAFileInTmp()
+        let third = scratch.path + "/third"
+        try FileManager.default.createDirectory(atPath: third, withIntermediateDirectories: true)
+        addTeardownBlock { if self.isMounted(third) { _ = Shell.run("umount -l \(Shell.quote(third))") } }
+        let shared = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second))")
+        XCTAssertEqual(shared.status, 0, shared.error)
+        XCTAssertEqual(shared.output + shared.error, "", "silent, as mount(8) is")
+        XCTAssertTrue(secondMounted())
+        let documents = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(third)) --app \(SampleApps.notes) -o root=Documents,ro")
+        XCTAssertEqual(documents.status, 0, documents.error)
+        let entries = (try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)).split(separator: "\n")
+            .map { $0.split(separator: " ") }.filter { [mountPoint, second, third].contains(String($0[4])) }
+        XCTAssertEqual(Set(entries.map { $0[2] }).count, 1, "one filesystem: \(entries)")
+        XCTAssertEqual(entries.first { $0[4] == third }.map { $0[5].split(separator: ",").filter { ["ro", "nosuid", "nodev"].contains($0) } },
+                       ["ro", "nosuid", "nodev"])
+        XCTAssertEqual(try MountRegistry.active(in: Store.open(storePath)).map(\.mountPoint), [mountPoint], "one daemon")
+        XCTAssertEqual(try? String(contentsOfFile: kept, encoding: .utf8), "in use\n", "tmp kept")
+
+        let file = "/" + SampleApps.notes + "/Documents/locked"
+        let locks = Shell.run("""
+        echo one > \(Shell.quote(mountPoint + file))
+        cat \(Shell.quote(second + file)) \(Shell.quote(third + "/locked"))
+        echo no > \(Shell.quote(third + "/locked")) 2>/dev/null || echo read-only
+        flock \(Shell.quote(mountPoint + file)) -c 'touch \(Shell.quote(scratch.path))/held; sleep 3' &
+        while [ ! -e \(Shell.quote(scratch.path))/held ]; do sleep 0.05; done
+        flock -n \(Shell.quote(second + file)) -c 'echo second: taken' || echo second: kept out
+        flock -n \(Shell.quote(third + "/locked")) -c 'echo third: taken' || echo third: kept out
+        wait
+        """, limit: 30)
+        XCTAssertEqual(locks.output, "one\none\nread-only\nsecond: kept out\nthird: kept out\n", locks.error)
+
+        let unmounted = containerfs("unmount \(Shell.quote(second))")
+        XCTAssertEqual(unmounted.status, 0, unmounted.error)
+        XCTAssertFalse(unmounted.error.contains("still finishing"), "waited for a daemon that serves on: \(unmounted.error)")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertEqual(try? String(contentsOfFile: third + "/locked", encoding: .utf8), "one\n", "served while a mount of it is left")
+        // Shared again from the mount that is left, the daemon's own mount point gone.
+        let again = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes) -o root=Documents")
+        XCTAssertEqual(again.status, 0, again.error)
+        XCTAssertEqual(try? String(contentsOfFile: second + "/locked", encoding: .utf8), "one\n")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(third))").status, 0)
+        XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: Store.open(storePath)))?.isEmpty == true }, "the daemon outlived its last mount")
+    }
+
+    /// `umount` returns before the daemon has finished (its shadows, tmp emptied), and a mount right
+    /// after waits for it rather than refusing it as a running daemon of the same containers.
+    func testAMountRightAfterUmountWaitsForTheDaemonToFinish() throws {
+        for round in 0..<6 {
+            let mount = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+            XCTAssertEqual(mount.status, 0, "round \(round): \(mount.error)")
+            let container = Shell.quote(mountPoint + "/" + SampleApps.notes)
+            let used = Shell.run("""
+            for i in $(seq 200); do echo $i > \(container)/Documents/f$i && echo $i > \(container)/tmp/t$i || exit 1; done
+            umount \(Shell.quote(mountPoint))
+            """)
+            XCTAssertEqual(used.status, 0, used.error)
+        }
+        XCTAssertFalse(isMounted)
     }
 
     /// Another user who can read the store cannot hold its mounts back: the daemons' registration

@@ -48,6 +48,11 @@ struct Mount: ParsableCommand {
 
         The options mount(8) and /etc/fstab add (rw, defaults, noauto, nofail, \
         user, _netdev, x-systemd.*) are ignored.
+
+        As root, a mount of what a running daemon shows whole (the store, an app, a \
+        directory of it) that asks for none of the daemon's own options becomes a \
+        bind mount of that daemon's mount, as a disk mounted twice is one \
+        filesystem; its ro, noexec and noatime apply to it alone.
         """
     )
 
@@ -224,6 +229,8 @@ struct Unmount: ParsableCommand {
         let (daemon, stuck) = lazy ? (nil, false) : try Self.daemonAnswering(for: mountPoint)
         // A question the daemon took and never answered keeps the mount busy: detached instead.
         let lazy = lazy || stuck
+        // Bind mounts of the same mount share its daemon, which serves until the last one goes.
+        let device = MountTable.entries().last { $0.mountPoint == Self.absolute(mountPoint) }?.device
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
@@ -238,7 +245,7 @@ struct Unmount: ParsableCommand {
             let output = errors.fileHandleForReading.readDataToEndOfFile()
             process.waitUntilExit()
             if process.terminationStatus == 0 {
-                if let daemon { Self.waitForExit(of: daemon) }
+                if let daemon, !(device.map(MountTable.isMounted) ?? false) { Self.waitForExit(of: daemon) }
                 return
             }
             message = String(decoding: output, as: UTF8.self)
@@ -289,6 +296,16 @@ struct Unmount: ParsableCommand {
         let length = clinux_getxattr(mountPoint, MountLocator.socketAttribute, &buffer, buffer.count)
         guard length > 0, let pid = controlServerProcess(at: String(decoding: buffer[..<length], as: UTF8.self)) else { return nil }
         return pid > 0 ? pid : nil
+    }
+
+    /// `path` made absolute by its names alone: a look at the mount point would wait for a daemon
+    /// that does not answer.
+    static func absolute(_ path: String) -> String {
+        var names: [Substring] = []
+        for name in ((path.hasPrefix("/") ? "" : FileManager.default.currentDirectoryPath + "/") + path).split(separator: "/") {
+            if name == ".." { _ = names.popLast() } else if name != "." { names.append(name) }
+        }
+        return "/" + names.joined(separator: "/")
     }
 
     /// Waits (up to 10 s) for the daemon to exit: after the kernel's unmount it still removes its
