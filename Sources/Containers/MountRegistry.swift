@@ -158,8 +158,26 @@ public enum MountRegistry {
         return try active(in: directory)
     }
 
-    /// The same, in the registry's directory, but for the record `skipping` (the caller's own).
-    private static func active(in directory: DirectoryHandle, skipping: String? = nil) throws -> [ActiveMount] {
+    /// The daemons serving the store now, from records only `owner` can have written (the
+    /// registry's directory and each record its, and no one else's to write), or nil: what a
+    /// process of `owner` may act on as it would on its own (`MountSharing` binds what a record
+    /// names, as root).
+    public static func active(in store: Store, writableOnlyBy owner: uid_t) throws -> [ActiveMount]? {
+        guard let directory = try store.workDirectory("mounts") else { return [] }
+        var attributes = stat()
+        guard fstat(directory.fd, &attributes) == 0, attributes.st_uid == owner, attributes.st_mode & 0o022 == 0 else { return nil }
+        var foreign = false
+        let mounts = try active(in: directory) { descriptor in
+            var attributes = stat()
+            if fstat(descriptor, &attributes) != 0 || attributes.st_uid != owner || attributes.st_mode & 0o022 != 0 { foreign = true }
+        }
+        return foreign ? nil : mounts
+    }
+
+    /// The same, in the registry's directory, but for the record `skipping` (the caller's own);
+    /// `inspect` sees each running daemon's record.
+    private static func active(in directory: DirectoryHandle, skipping: String? = nil,
+                               inspect: (Int32) -> Void = { _ in }) throws -> [ActiveMount] {
         try directory.names().filter { $0.hasSuffix(".json") && $0 != skipping }.compactMap { name in
             let path = directory.path + "/" + name
             let descriptor = openat(directory.fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
@@ -173,6 +191,7 @@ public enum MountRegistry {
                 return nil
             }
             guard errno == EWOULDBLOCK else { throw posixError("lock", path) }
+            inspect(descriptor)
             return try record(in: descriptor, at: path)
         }
     }

@@ -195,6 +195,17 @@ final class MountCommandTests: XCTestCase {
         """, limit: 30)
         XCTAssertEqual(locks.output, "one\none\nread-only\nsecond: kept out\nthird: kept out\n", locks.error)
 
+        // Root binds only what a record of root's alone names: another user's could name any mount.
+        let records = try Store.open(storePath).workPath + "/mounts"
+        let record = try XCTUnwrap(FileManager.default.contentsOfDirectory(atPath: records).first { $0.hasSuffix(".json") })
+        XCTAssertEqual(chown(records + "/" + record, 4242, 4242), 0)
+        let fourth = scratch.path + "/fourth"
+        try FileManager.default.createDirectory(atPath: fourth, withIntermediateDirectories: true)
+        let foreign = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(fourth))")
+        XCTAssertTrue(foreign.status != 0 && foreign.error.contains("since its record is not root's alone"), foreign.error)
+        XCTAssertFalse(isMounted(fourth))
+        XCTAssertEqual(chown(records + "/" + record, 0, 0), 0)
+
         let unmounted = containerfs("unmount \(Shell.quote(second))")
         XCTAssertEqual(unmounted.status, 0, unmounted.error)
         XCTAssertFalse(unmounted.error.contains("still finishing"), "waited for a daemon that serves on: \(unmounted.error)")
