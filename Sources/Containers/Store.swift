@@ -192,9 +192,14 @@ public struct Store: Sendable {
         }
     }
 
+    /// `path` made absolute by its names alone, `.` and `..` taken away: nothing is looked at, so a
+    /// mount point whose daemon does not answer does not hold it up (`containerfs unmount`).
     public static func absolute(_ path: String) -> String {
-        let url = URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
-        return url.standardizedFileURL.path
+        var names: [Substring] = []
+        for name in ((path.hasPrefix("/") ? "" : FileManager.default.currentDirectoryPath + "/") + path).split(separator: "/") {
+            if name == ".." { _ = names.popLast() } else if name != "." { names.append(name) }
+        }
+        return "/" + names.joined(separator: "/")
     }
 }
 

@@ -230,7 +230,7 @@ struct Unmount: ParsableCommand {
         // A question the daemon took and never answered keeps the mount busy: detached instead.
         let lazy = lazy || stuck
         // Bind mounts of the same mount share its daemon, which serves until the last one goes.
-        let device = MountTable.entries().last { $0.mountPoint == Self.absolute(mountPoint) }?.device
+        let device = MountTable.entries().last { $0.mountPoint == Store.absolute(mountPoint) }?.device
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
@@ -296,16 +296,6 @@ struct Unmount: ParsableCommand {
         let length = clinux_getxattr(mountPoint, MountLocator.socketAttribute, &buffer, buffer.count)
         guard length > 0, let pid = controlServerProcess(at: String(decoding: buffer[..<length], as: UTF8.self)) else { return nil }
         return pid > 0 ? pid : nil
-    }
-
-    /// `path` made absolute by its names alone: a look at the mount point would wait for a daemon
-    /// that does not answer.
-    static func absolute(_ path: String) -> String {
-        var names: [Substring] = []
-        for name in ((path.hasPrefix("/") ? "" : FileManager.default.currentDirectoryPath + "/") + path).split(separator: "/") {
-            if name == ".." { _ = names.popLast() } else if name != "." { names.append(name) }
-        }
-        return "/" + names.joined(separator: "/")
     }
 
     /// Waits (up to 10 s) for the daemon to exit: after the kernel's unmount it still removes its
