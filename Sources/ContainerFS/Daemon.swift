@@ -306,13 +306,12 @@ public enum Daemon {
     /// asks for a daemon of its own). When not shared, why not where a running mount shows it.
     private static func shareRunningMount(_ configuration: MountConfiguration, _ wanted: ActiveMount,
                                           logger: Logger) throws -> (shared: Bool, whyNot: String?) {
-        guard geteuid() == 0, !configuration.allowOverlap,
-              let running = try MountRegistry.active(in: configuration.store).first(where: { $0.overlaps(wanted) }),
-              let place = running.place(of: wanted) else { return (false, nil) }
+        guard geteuid() == 0, !configuration.allowOverlap else { return (false, nil) }
         // Root binds what a record names: another user's record could name another daemon's mount.
-        guard try MountRegistry.active(in: configuration.store, writableOnlyBy: 0)?.contains(running) == true else {
+        guard let mounts = try MountRegistry.active(in: configuration.store, writableOnlyBy: 0) else {
             return (false, "its record is not root's alone")
         }
+        guard let running = mounts.first(where: { $0.overlaps(wanted) }), let place = running.place(of: wanted) else { return (false, nil) }
         guard configuration.readinessDescriptor != nil else { return (false, "it runs in the foreground") }
         // Any mount of the daemon that shows the place: its own, or a bind mount of it.
         let within = String(place.dropFirst(running.mountPoint.count))
