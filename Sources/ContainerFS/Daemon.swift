@@ -152,7 +152,7 @@ public enum Daemon {
         try session.mount(at: mountPoint)
         // The device tells others whether the mount is still there, and where it shows.
         var registered = wanted
-        registered.device = MountTable.entries().last { $0.mountPoint == mountPoint }?.device
+        registered.device = MountTable.device(at: mountPoint)
         do { try MountRegistry.update(lease, to: registered, in: store) } catch {
             logger.warning("cannot record the mount's device; a mount of the same containers will not share it", metadata: ["error": "\(error)"])
         }

@@ -25,7 +25,7 @@ struct HeldLocks: Sendable {
     /// The locks of the mount at `mountPoint` (the last one there), whose device
     /// /proc/self/mountinfo tells; nil if it does not.
     init?(ofMountAt mountPoint: String) {
-        let numbers = MountTable.entries().last { $0.mountPoint == mountPoint }?.device.split(separator: ":").compactMap { UInt32($0) }
+        let numbers = MountTable.device(at: mountPoint)?.split(separator: ":").compactMap { UInt32($0) }
         guard let numbers, numbers.count == 2 else { return nil }
         self.init(major: numbers[0], minor: numbers[1])
     }

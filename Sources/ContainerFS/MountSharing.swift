@@ -55,7 +55,7 @@ enum MountSharing {
         defer { close(source) }
         let path = "/proc/self/fd/\(source)"
         var attributes = stat()
-        guard fstat(source, &attributes) == 0, "\(major(attributes.st_dev)):\(minor(attributes.st_dev))" == running.device,
+        guard fstat(source, &attributes) == 0, "\(clinux_major(attributes.st_dev)):\(clinux_minor(attributes.st_dev))" == running.device,
               servingDaemon(of: path) == daemon else { return false }
         guard mount(path, mountPoint, nil, UInt(MS_BIND), nil) == 0 else {
             throw ContainerError("\(mountPoint): cannot bind the running mount \(place) there: \(String(cString: strerror(errno)))")
@@ -81,7 +81,4 @@ enum MountSharing {
         guard length > 0 else { return nil }
         return controlServerProcess(at: String(decoding: buffer[..<length], as: UTF8.self))
     }
-
-    private static func major(_ device: dev_t) -> UInt32 { UInt32((device >> 8) & 0xfff) | UInt32((device >> 32) & ~0xfff) }
-    private static func minor(_ device: dev_t) -> UInt32 { UInt32(device & 0xff) | UInt32((device >> 12) & ~0xff) }
 }

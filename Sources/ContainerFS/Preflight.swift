@@ -115,6 +115,9 @@ public enum MountTable {
         }
     }
 
+    /// The device of the mount at `mountPoint` (the last one there), or nil if nothing is mounted there.
+    public static func device(at mountPoint: String) -> String? { entries().last { $0.mountPoint == mountPoint }?.device }
+
     /// Whether a mount of `device` is still there.
     public static func isMounted(_ device: String) -> Bool { entries().contains { $0.device == device } }
 

@@ -230,7 +230,7 @@ struct Unmount: ParsableCommand {
         // A question the daemon took and never answered keeps the mount busy: detached instead.
         let lazy = lazy || stuck
         // Bind mounts of the same mount share its daemon, which serves until the last one goes.
-        let device = MountTable.entries().last { $0.mountPoint == Store.absolute(mountPoint) }?.device
+        let device = MountTable.device(at: Store.absolute(mountPoint))
         // A mount is busy for a moment while anyone walks the mount table (`df`, `findmnt`):
         // tried again for a second before saying so.
         var message = ""
