@@ -220,6 +220,35 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: Store.open(storePath)))?.isEmpty == true }, "the daemon outlived its last mount")
     }
 
+    /// `containerfs run` finds an app's container through the bind mounts a second mount made, once
+    /// the daemon's own mount is gone: given the store, or the bind mount's path. It named the
+    /// daemon's first mount point only, and found nothing there.
+    func testRunFindsABindMountOnceTheDaemonsOwnMountIsGone() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        try XCTSkipIf(access("/usr/bin/bwrap", X_OK) != 0, "bubblewrap is not installed (scripts/setup.sh installs it)")
+        let (_, second, _) = try storeMountedWithAFileInTmp()
+        let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
+        XCTAssertEqual(app.status, 0, app.error)
+        try "kept\n".write(toFile: second + "/Documents/note.txt", atomically: false, encoding: .utf8)
+        let reads = "cat \"$HOME/Documents/note.txt\""
+        for place in [storePath, mountPoint, second] {
+            let ran = containerfs("run \(Shell.quote(place)) \(SampleApps.notes) -- sh -c \(Shell.quote(reads))")
+            XCTAssertEqual(ran.output, "kept\n", "\(place), both mounts there: \(ran.error)")
+        }
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+        for place in [storePath, second] {
+            let ran = containerfs("run \(Shell.quote(place)) \(SampleApps.notes) -- sh -c \(Shell.quote(reads))")
+            XCTAssertEqual(ran.output, "kept\n", "\(place), the daemon's own mount gone: \(ran.error)")
+        }
+        // Another app is not in what is left.
+        let other = containerfs("run \(Shell.quote(storePath)) \(SampleApps.photos) -- true")
+        XCTAssertTrue(other.status != 0 && other.error.contains("has no mount that shows \(SampleApps.photos)'s container whole"), other.error)
+        let elsewhere = containerfs("run \(Shell.quote(second)) \(SampleApps.photos) -- true")
+        XCTAssertTrue(elsewhere.status != 0 && elsewhere.error.contains("does not show \(SampleApps.photos)'s container"), elsewhere.error)
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(second))").status, 0)
+        XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: Store.open(storePath)))?.isEmpty == true }, "the daemon outlived its last mount")
+    }
+
     /// `umount` returns before the daemon has finished (its shadows, tmp emptied), and a mount right
     /// after waits for it rather than refusing it as a running daemon of the same containers.
     func testAMountRightAfterUmountWaitsForTheDaemonToFinish() throws {

@@ -18,12 +18,13 @@ final class MountSharingTests: XCTestCase {
     }
 
     func testALineOfTheMountTableWithOptionalFieldsAndEscapedPaths() throws {
-        let line = #"48 27 0:40 /com.example.notes/My\040Documents /srv/two\040words rw,nosuid,nodev shared:5 master:1 - fuse.containerfs /srv/store rw,user_id=0,group_id=0,default_permissions,allow_other"#
+        let line = #"48 27 0:40 /com.example.notes/My\040Documents /srv/two\040words rw,nosuid,nodev shared:5 master:1 - fuse.containerfs /srv/my\040st\303\266re rw,user_id=0,group_id=0,default_permissions,allow_other"#
         let entry = try XCTUnwrap(MountTable.entry(line))
         XCTAssertEqual(entry.device, "0:40")
         XCTAssertEqual(entry.root, "/com.example.notes/My Documents")
         XCTAssertEqual(entry.mountPoint, "/srv/two words")
         XCTAssertEqual(entry.type, "fuse.containerfs")
+        XCTAssertEqual(entry.source, "/srv/my st\u{f6}re", "the name's UTF-8 bytes, escaped or not")
         XCTAssertEqual(entry.superOptions, ["rw", "user_id=0", "group_id=0", "default_permissions", "allow_other"])
         XCTAssertNil(MountTable.entry("48 27 0:40 / /srv rw"), "no separator: not a line of the table")
     }
@@ -38,6 +39,27 @@ final class MountSharingTests: XCTestCase {
         XCTAssertEqual(documents.showing("/app/Documents/Projects"), "/mnt/d/Projects")
         XCTAssertNil(documents.showing("/app"), "above its root")
         XCTAssertNil(documents.showing("/app/Documents2"), "a sibling whose name starts alike")
+    }
+
+    /// What `containerfs run` finds through a daemon's mount or a bind mount of it: the app's
+    /// container where it shows whole, and the store's top where it shows that too.
+    func testWhereAMountOfADaemonShowsAnAppsContainer() throws {
+        let app = try XCTUnwrap(AppID("com.example.notes")), other = try XCTUnwrap(AppID("com.example.photos"))
+        let store = ActiveMount(mountPoint: "/mnt/a", app: nil, pid: 1)
+        let alone = ActiveMount(mountPoint: "/mnt/n", app: app.rawValue, pid: 1)
+        let documents = ActiveMount(mountPoint: "/mnt/d", app: app.rawValue, pid: 1, root: "Documents")
+        func entry(_ root: String, _ point: String) throws -> MountTable.Entry {
+            try XCTUnwrap(MountTable.entry("45 27 0:40 \(root) \(point) rw - fuse.containerfs s rw"))
+        }
+        let top = try entry("/", "/mnt/b"), container = try entry("/com.example.notes", "/mnt/c")
+        let deeper = try entry("/com.example.notes/Documents", "/mnt/e")
+        XCTAssertTrue(top.places(of: app, in: store)! == ("/mnt/b/com.example.notes", "/mnt/b"))
+        XCTAssertTrue(container.places(of: app, in: store)! == ("/mnt/c", nil), "the app alone: no store")
+        XCTAssertNil(container.places(of: other, in: store), "another app's")
+        XCTAssertNil(deeper.places(of: app, in: store), "part of the container")
+        XCTAssertTrue(top.places(of: app, in: alone)! == ("/mnt/b", nil))
+        XCTAssertNil(top.places(of: other, in: alone))
+        XCTAssertNil(top.places(of: app, in: documents), "a daemon of a directory of it")
     }
 
     /// Flags of its own go to the bind mount; options of the filesystem must be the running

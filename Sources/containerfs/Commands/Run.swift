@@ -57,28 +57,33 @@ struct RunCommand: ParsableCommand {
     }
 
     /// The store, the app's data container as the mount shows it, and the mount point if the
-    /// mount shows the whole store.
+    /// mount shows the whole store. A daemon's mounts are its own and the bind mounts a second
+    /// mount of what it shows made (docs/lifecycle.md), which serve on after its own is unmounted.
     private func locate(_ app: AppID) throws -> (Store, String, String?) {
         let path = Store.absolute(place)
         if let store = try? Store.open(path) {
-            guard let mount = try MountRegistry.active(in: store).first(where: { $0.covers(app) && $0.root == nil }) else {
-                throw ContainerError("\(store.root) is not mounted. Mount it first: containerfs mount \(store.root) MOUNTPOINT")
+            let table = MountTable.entries()
+            for mount in try MountRegistry.active(in: store) {
+                let mine = table.filter { entry in mount.device.map { entry.device == $0 } ?? (entry.mountPoint == mount.mountPoint) }
+                let own = mine.filter { $0.mountPoint == mount.mountPoint }, others = mine.filter { $0.mountPoint != mount.mountPoint }
+                for entry in own + others.filter({ $0.root == "/" }) + others.filter({ $0.root != "/" }) {
+                    if let places = entry.places(of: app, in: mount) { return (store, places.container, places.store) }
+                }
             }
-            return (store, mount.app == nil ? mount.mountPoint + "/" + app.rawValue : mount.mountPoint,
-                    mount.app == nil ? mount.mountPoint : nil)
+            throw ContainerError("\(store.root) has no mount that shows \(app)'s container whole. Mount it first: containerfs mount \(store.root) MOUNTPOINT")
         }
         // A mount point: the store is the source the mount table shows (STORE or STORE:ID).
-        guard let source = Sandbox.mountSource(of: path) else {
+        guard let entry = MountTable.mount(at: path), entry.type.hasPrefix("fuse") else {
             throw ContainerError("\(place) is neither a store nor a ContainerFS mount point.")
         }
-        guard let store = Sandbox.store(mountedAs: source),
-              let mount = try MountRegistry.active(in: store).first(where: { $0.mountPoint == path }) else {
-            throw ContainerError("\(place): cannot find its store (the mount's source is '\(source)'); give the store instead.")
+        guard let store = Sandbox.store(mountedAs: entry.source),
+              let mount = try MountRegistry.active(in: store).first(where: { $0.device.map { $0 == entry.device } ?? ($0.mountPoint == path) }) else {
+            throw ContainerError("\(place): cannot find its store (the mount's source is '\(entry.source)'); give the store instead.")
         }
-        guard mount.root == nil, mount.covers(app) else {
+        guard let places = entry.places(of: app, in: mount) else {
             throw ContainerError("\(place) does not show \(app)'s container; give a mount of the whole store or of \(app).")
         }
-        return (store, mount.app == nil ? path + "/" + app.rawValue : path, mount.app == nil ? path : nil)
+        return (store, places.container, places.store)
     }
 }
 
@@ -104,38 +109,9 @@ struct Sandbox {
         return nil
     }
 
-    /// The source field of the mount at `mountPoint`, from the mount table.
-    static func mountSource(of mountPoint: String) -> String? {
-        guard let table = try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8) else { return nil }
-        for line in table.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard fields.count > 2, fields[2].hasPrefix("fuse") else { continue }
-            if unescape(fields[1]) == mountPoint { return unescape(fields[0]) }
-        }
-        return nil
-    }
-
     /// The store of a mount whose source the mount table shows as STORE or STORE:ID[/DIR].
     static func store(mountedAs source: String) -> Store? {
         try? Store.open(String(source.split(separator: ":", maxSplits: 1).first ?? ""))
-    }
-
-    /// The mount table writes space, tab, newline and backslash as octal escapes.
-    private static func unescape(_ field: Substring) -> String {
-        var bytes: [UInt8] = []
-        var index = field.utf8.startIndex
-        let utf8 = field.utf8
-        while index < utf8.endIndex {
-            if utf8[index] == UInt8(ascii: "\\"), utf8.distance(from: index, to: utf8.endIndex) >= 4,
-               let value = UInt8(String(decoding: utf8[utf8.index(after: index)..<utf8.index(index, offsetBy: 4)], as: UTF8.self), radix: 8) {
-                bytes.append(value)
-                index = utf8.index(index, offsetBy: 4)
-            } else {
-                bytes.append(utf8[index])
-                index = utf8.index(after: index)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// bubblewrap's arguments, the program's last. Descriptor 3 gets the sandbox's pid; the program

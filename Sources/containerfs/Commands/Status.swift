@@ -1,4 +1,5 @@
 import ArgumentParser
+import ContainerFS
 import Containers
 import Coordination
 import FileCoordination
@@ -68,7 +69,7 @@ struct RunningAppsReport {
     let mountPoint: String
 
     var text: String {
-        guard let source = Sandbox.mountSource(of: mountPoint),
+        guard let source = MountTable.mount(at: mountPoint)?.source,
               let store = Sandbox.store(mountedAs: source)
         else { return "" }
         let running: [RunningApp]
