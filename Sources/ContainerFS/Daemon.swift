@@ -184,6 +184,12 @@ public enum Daemon {
         if ioUring { reportIOUring(of: session, logger: logger) }
 
         let status = session.run(multithreaded: !configuration.singleThreaded)
+        // A mount of the same containers waits for a finishing daemon, and refuses one that serves
+        // on with no mount (docs/lifecycle.md).
+        registered.finishing = true
+        do { try MountRegistry.update(lease, to: registered, in: store) } catch {
+            logger.warning("cannot record that the daemon is finishing; a mount of the same containers is refused until it ends", metadata: ["error": "\(error)"])
+        }
         session.unmount()
         // Now, not when libfuse destroys the session, which may be after the deferred closes of the
         // shadow directory and the mount's lease.

@@ -13,6 +13,10 @@ public struct ActiveMount: Codable, Sendable, Equatable {
     /// The mount's device (`major:minor`, as /proc/self/mountinfo shows it, shared by bind mounts of
     /// it), once mounted: while no mount has it, the daemon is finishing.
     public var device: String?
+    /// Set once its FUSE session has ended: its mounts are gone, and it is finishing (shadows, tmp).
+    /// A daemon with no mount left that is not finishing serves the files still open in a mount
+    /// that was unmounted lazily (`umount -l`).
+    public var finishing: Bool?
 
     public init(mountPoint: String, app: String?, pid: Int32, root: String? = nil) {
         self.mountPoint = mountPoint
@@ -53,8 +57,10 @@ public enum MountRegistry {
     /// Refused while another daemon serves a container this one would, unless `allowingOverlap`
     /// (docs/lifecycle.md, "One daemon a container").
     /// `notShared`: why the mount did not share the running one (docs/lifecycle.md), for the refusal.
-    /// `isMounted`: whether a running daemon's mount is still there; one whose mount is gone is
-    /// finishing (`umount` returns before its daemon exits), and is waited for, up to 10 s.
+    /// `isMounted`: whether a running daemon's mount is still there. One whose mount is gone is
+    /// finishing (`umount` returns before its daemon exits), and is waited for, up to 10 s; or,
+    /// if it does not say so within a second, it serves files left open in a lazily unmounted
+    /// mount, and the mount is refused.
     public static func register(_ mount: ActiveMount, in store: Store, allowingOverlap: Bool = false,
                                 notShared: String? = nil, isMounted: (ActiveMount) -> Bool = { _ in true }) throws -> Int32 {
         // One registration at a time: two daemons starting together would each miss the other. The
@@ -62,7 +68,7 @@ public enum MountRegistry {
         for wait in 0...1000 {
             let registered = try excludingRegistrations(in: store) { directory in
                 try register(mount, in: directory, of: store, allowingOverlap: allowingOverlap, notShared: notShared,
-                             isMounted: wait < 1000 ? isMounted : { _ in true })
+                             isMounted: isMounted, waited: wait)
             }
             if let registered { return registered }
             usleep(10_000)
@@ -98,7 +104,8 @@ public enum MountRegistry {
     }
 
     private static func register(_ mount: ActiveMount, in directory: DirectoryHandle, of store: Store,
-                                 allowingOverlap: Bool, notShared: String?, isMounted: (ActiveMount) -> Bool) throws -> Int32? {
+                                 allowingOverlap: Bool, notShared: String?, isMounted: (ActiveMount) -> Bool,
+                                 waited: Int) throws -> Int32? {
         let name = "\(mount.pid).json"
         let path = directory.path + "/" + name
         // Emptied only once locked: a record by this name that someone holds is a live daemon's.
@@ -118,10 +125,23 @@ public enum MountRegistry {
         if !allowingOverlap {
             do {
                 let others = try active(in: directory, skipping: name).filter { $0.overlaps(mount) }
-                if others.contains(where: { !isMounted($0) }) {
-                    unlinkat(directory.fd, name, 0)
-                    close(descriptor)
-                    return nil
+                if let gone = others.first(where: { !isMounted($0) }) {
+                    // Waited for in tries 10 ms apart: a daemon says it is finishing as soon as it
+                    // hears its mount went.
+                    if waited < (gone.finishing == true ? 1000 : 100) {
+                        unlinkat(directory.fd, name, 0)
+                        close(descriptor)
+                        return nil
+                    }
+                    throw ContainerError(gone.finishing == true ? """
+                        \(store.root): the daemon (pid \(gone.pid)) of the mount that was at \(gone.mountPoint) is \
+                        still finishing after 10 s (its shadows, tmp). Mount again once it has exited.
+                        """ : """
+                        \(store.root): the daemon (pid \(gone.pid)) of the mount that was at \(gone.mountPoint) has \
+                        not ended: it serves files still open in that mount if it was unmounted lazily (`umount -l`, \
+                        `fusermount3 -u -z`), and a second daemon would share no locks with it. Close them (the daemon \
+                        then exits), or stop it (`kill \(gone.pid)`; they then fail with ENOTCONN), and mount again.
+                        """)
                 }
                 if let other = others.first {
                     let bind = other.place(of: mount).map {

@@ -265,6 +265,35 @@ final class MountCommandTests: XCTestCase {
         XCTAssertFalse(isMounted)
     }
 
+    /// A mount unmounted lazily while a program holds a file in it keeps its daemon serving that
+    /// file: a mount of the same containers is refused at once, saying so and what to do, and
+    /// mounts once the file is closed. It waited 10 s, then named the gone mount as mounted and
+    /// told to bind it from where it no longer was.
+    func testAMountWhileALazilyUnmountedOneServesOpenFilesSaysSo() throws {
+        XCTAssertEqual(containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))").status, 0)
+        let file = mountPoint + "/" + SampleApps.notes + "/Documents/open.txt"
+        try "open\n".write(toFile: file, atomically: false, encoding: .utf8)
+        let held = scratch.path + "/held"
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/bin/sh")
+        holder.arguments = ["-c", "exec 3< \"$1\"; touch \"$2\"; exec sleep 60", "sh", file, held]
+        try holder.run()
+        addTeardownBlock { if holder.isRunning { holder.terminate() } }
+        XCTAssertTrue(waitUntil { FileManager.default.fileExists(atPath: held) })
+        XCTAssertEqual(Shell.run("umount -l \(Shell.quote(mountPoint))").status, 0)
+        XCTAssertFalse(isMounted)
+        let refused = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.error.contains("has not ended: it serves files still open in that mount if it was unmounted lazily")
+                      && refused.error.contains("`kill "), refused.error)
+        XCTAssertFalse(isMounted)
+        holder.terminate()
+        holder.waitUntilExit()
+        let mounted = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(mountPoint))")
+        XCTAssertEqual(mounted.status, 0, "once the file is closed, the daemon ends: \(mounted.error)")
+        XCTAssertEqual(containerfs("unmount \(Shell.quote(mountPoint))").status, 0)
+    }
+
     /// Another user who can read the store cannot hold its mounts back: the daemons' registration
     /// lock is a file only the store's owner opens. A lock on the records' directory, which any
     /// reader may take, held every mount of the store until it went.

@@ -64,6 +64,26 @@ final class MountRegistryTests: XCTestCase {
         XCTAssertFalse(ActiveMount(mountPoint: "/a", app: "x.y", pid: 1).overlaps(ActiveMount(mountPoint: "/b", app: "x.z", pid: 2)))
     }
 
+    /// A daemon whose mount is gone is waited for while it says it is finishing, and registers
+    /// once it ends; one that does not say so serves files of a lazily unmounted mount, and the
+    /// mount is refused after a second, saying so.
+    func testADaemonWithoutAMountIsWaitedForOnlyWhileItIsFinishing() throws {
+        let box = try Sandbox(self)
+        var running = ActiveMount(mountPoint: "/mnt/gone", app: nil, pid: 4001)
+        let lease = try MountRegistry.register(running, in: box.store)
+        let wanted = ActiveMount(mountPoint: "/mnt/new", app: "com.example.notes", pid: 4002)
+        XCTAssertThrowsError(try MountRegistry.register(wanted, in: box.store, isMounted: { _ in false })) { error in
+            XCTAssertTrue("\(error)".contains("the daemon (pid 4001) of the mount that was at /mnt/gone has not ended")
+                          && "\(error)".contains("unmounted lazily"), "\(error)")
+        }
+        running.finishing = true
+        try MountRegistry.update(lease, to: running, in: box.store)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1.5) { close(lease) }
+        let registered = try MountRegistry.register(wanted, in: box.store, isMounted: { _ in false })
+        close(registered)
+        XCTAssertEqual(try MountRegistry.active(in: box.store), [], "registered once the finishing daemon ended")
+    }
+
     /// Where a running mount shows what another mount asks for: the refusal's bind mount.
     func testARunningMountSaysWhereItShowsAnotherMountsView() {
         let whole = ActiveMount(mountPoint: "/srv/apps", app: nil, pid: 1)
