@@ -220,6 +220,24 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(waitUntil { (try? MountRegistry.active(in: Store.open(storePath)))?.isEmpty == true }, "the daemon outlived its last mount")
     }
 
+    /// A sharing mount whose flags cannot be set leaves no bind mount behind (one without `ro`
+    /// would write what was asked to be read-only), and says why.
+    func testASharingMountWhoseFlagsFailLeavesNothingMounted() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        try XCTSkipIf(access("/usr/bin/strace", X_OK) != 0, "strace is not installed (scripts/setup.sh installs it)")
+        let (_, second, secondMounted) = try storeMountedWithAFileInTmp()
+        // The daemon's first mount(2) is the bind, its second the remount that sets the flags.
+        let failed = Shell.run("""
+            strace -f -o /dev/null -e trace=mount -e inject=mount:error=EPERM:when=2 \
+              \(Shell.quote(MountedStore.executable)) mount \(Shell.quote(storePath)) \(Shell.quote(second)) -o ro < /dev/null
+            """)
+        XCTAssertNotEqual(failed.status, 0)
+        XCTAssertTrue(failed.error.contains("cannot set the bind mount's flags: Operation not permitted"), failed.error)
+        XCTAssertFalse(secondMounted(), "the bind mount was undone")
+        XCTAssertEqual(try MountRegistry.active(in: Store.open(storePath)).map(\.mountPoint), [mountPoint], "the running daemon serves on")
+        XCTAssertEqual(try? String(contentsOfFile: mountPoint + "/" + SampleApps.notes + "/tmp/work.txt", encoding: .utf8), "in use\n")
+    }
+
     /// `containerfs run` finds an app's container through the bind mounts a second mount made, once
     /// the daemon's own mount is gone: given the store, or the bind mount's path. It named the
     /// daemon's first mount point only, and found nothing there.
