@@ -45,12 +45,13 @@ enum Placement {
     private static let lock = NSLock()
     nonisolated(unsafe) private static var remotes: [String: RemoteDomain] = [:]
 
-    static func place(_ url: URL) throws(FileCoordinationError) -> (domain: any CoordinationDomain, path: ItemPath) {
+    /// With the view of the daemon's tree the URL went through (nil outside a mount).
+    static func place(_ url: URL) throws(FileCoordinationError) -> (domain: any CoordinationDomain, path: ItemPath, view: MountView?) {
         let location = lock.withLock { locator }.locate(url)
         guard let location else {
             let path = url.standardizedFileURL.path
             guard let itemPath = ItemPath(path) else { throw .invalidRequest("not a usable path: \(path)") }
-            return (LocalDomain.shared, itemPath)
+            return (LocalDomain.shared, itemPath, nil)
         }
         let domain = lock.withLock { () -> RemoteDomain in
             if let existing = remotes[location.socketPath] { return existing }
@@ -58,8 +59,8 @@ enum Placement {
             remotes[location.socketPath] = domain
             return domain
         }
-        if let root = location.mountRoot { domain.learnMountRoot(root) }
-        return (domain, location.itemPath)
+        if let view = location.view { domain.learn(view) }
+        return (domain, location.itemPath, location.view)
     }
 
     /// For tests: forget remote domains (their connections close).
@@ -244,15 +245,21 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
     var identifier: String { "mount:" + socketPath }
     private let lock = NSLock()
     private var client: ControlClient?
-    private var mountRoot: String?
+    /// The views of the daemon's tree through which this process reached it, the latest first.
+    private var views: [MountView] = []
     private var presenters: [PurposeID: (path: ItemPath, awaited: PresenterRequests)] = [:]
 
     init(socketPath: String) {
         self.socketPath = socketPath
     }
 
-    func learnMountRoot(_ root: String) {
-        lock.withLock { mountRoot = root }
+    func learn(_ view: MountView) {
+        lock.withLock {
+            guard views.first != view else { return }
+            views.removeAll { $0 == view }
+            views.insert(view, at: 0)
+            if views.count > 16 { views.removeLast() }
+        }
     }
 
     /// Closes the connection on purpose (no connection-lost report).
@@ -333,9 +340,10 @@ final class RemoteDomain: CoordinationDomain, @unchecked Sendable {
         return pending
     }
 
+    /// Through the latest view that shows the item (a presenter's own view comes first:
+    /// `PresenterTable`).
     func url(for path: ItemPath) -> URL {
-        let root = lock.withLock { mountRoot } ?? "/"
-        return fileURL(root: root, path)
+        lock.withLock { views.lazy.compactMap { $0.url(for: path) }.first } ?? fileURL(root: "/", path)
     }
 
     func addPresenter(_ id: PurposeID, path: ItemPath, awaited: PresenterRequests) {

@@ -244,8 +244,8 @@ public final class FileCoordinator: @unchecked Sendable {
     /// `presentedSubitem(at:didMoveTo:)`, and waiting accesses follow it. In a ContainerFS mount
     /// the daemon learns this from the rename itself, so there it does nothing.
     public func item(at oldURL: URL, didMoveTo newURL: URL) {
-        guard let (domain, source) = try? Placement.place(oldURL),
-              let (other, destination) = try? Placement.place(newURL), other === domain else { return }
+        guard let (domain, source, _) = try? Placement.place(oldURL),
+              let (other, destination, _) = try? Placement.place(newURL), other === domain else { return }
         domain.itemDidMove(from: source, to: destination, purpose: PurposeID(purposeIdentifier))
     }
 
@@ -284,7 +284,7 @@ public final class FileCoordinator: @unchecked Sendable {
         var groups: [String: (any CoordinationDomain, [ItemAccess])] = [:]
         for (url, kind, resolves) in items {
             let target = resolves ? url.resolvingSymlinksInPath() : url
-            let (domain, path) = try Placement.place(target)
+            let (domain, path, _) = try Placement.place(target)
             var isDirectory: ObjCBool = false
             let exists = FileManager.default.fileExists(atPath: target.path, isDirectory: &isDirectory)
             let access = ItemAccess(path: path, isDirectory: exists && isDirectory.boolValue, kind: kind)

@@ -12,13 +12,37 @@ public struct MountLocation: Hashable, Sendable {
     /// The item's path relative to the mount root.
     public var itemPath: ItemPath
     /// Absolute path of the mount root, when it can be told from the item's own path (it can
-    /// unless the item was reached through a symlink that leaves the mount's directory names).
+    /// unless the item was reached through a symlink that leaves the mount's directory names, or
+    /// through a bind mount of a directory of the daemon's tree).
     public var mountRoot: String?
+    /// Where the item's path led into the daemon's tree, from which the local path of any item
+    /// it shows follows (`MountView.url(for:)`).
+    public var view: MountView?
 
-    public init(socketPath: String, itemPath: ItemPath, mountRoot: String?) {
+    public init(socketPath: String, itemPath: ItemPath, mountRoot: String?, view: MountView? = nil) {
         self.socketPath = socketPath
         self.itemPath = itemPath
         self.mountRoot = mountRoot
+        self.view = view
+    }
+}
+
+/// Where the mount holding an item shows the daemon's tree: the daemon's item `daemonRoot` at the
+/// local path `localRoot`. A daemon's own mount shows its root; a bind mount (of an app's
+/// container, as a second mount of it makes: docs/lifecycle.md) shows a directory of it.
+public struct MountView: Hashable, Sendable {
+    public var localRoot: String
+    public var daemonRoot: ItemPath
+
+    public init(localRoot: String, daemonRoot: ItemPath) {
+        self.localRoot = localRoot
+        self.daemonRoot = daemonRoot
+    }
+
+    /// The local URL of the daemon's item at `path`, made without touching the filesystem; nil
+    /// if this view does not show it.
+    public func url(for path: ItemPath) -> URL? {
+        path.replacingPrefix(daemonRoot, with: .root).map { fileURL(root: localRoot, $0) }
     }
 }
 
@@ -78,8 +102,9 @@ public struct MountLocator: Sendable {
                     itemPath = itemPath.appending(component)
                 }
                 let socketPath = String(decoding: socketBytes.prefix { $0 != 0 }, as: UTF8.self)
+                let view = view(of: current, itemPath: found)
                 return MountLocation(socketPath: socketPath, itemPath: itemPath,
-                                     mountRoot: mountRoot(of: current, itemPath: found))
+                                     mountRoot: view.daemonRoot.isRoot ? view.localRoot : nil, view: view)
             case .noSuchItem:
                 guard let last = components.popLast() else { return nil }
                 missing.append(last)
@@ -94,8 +119,10 @@ public struct MountLocator: Sendable {
         }
     }
 
-    /// Strips the item's relative path off the end of its absolute path.
-    private func mountRoot(of absolutePath: String, itemPath: ItemPath) -> String? {
+    /// Pairs the item's absolute path with its path in the daemon's tree: the names they end
+    /// with alike are below the view's root in both. A view found so may start above the place
+    /// really mounted (a bind mount of `app` at `/srv/app`), and shows what is below it the same.
+    private func view(of absolutePath: String, itemPath: ItemPath) -> MountView {
         var absolute = absolutePath
         if resolvesRealPath, let resolved = realpath(absolutePath, nil) {
             absolute = String(cString: resolved)
@@ -103,9 +130,11 @@ public struct MountLocator: Sendable {
         }
         let names = absolute.split(separator: "/", omittingEmptySubsequences: true).map { Array($0.utf8) }
         let tail = itemPath.components.map(\.bytes)
-        guard names.count >= tail.count, Array(names.suffix(tail.count)) == tail else { return nil }
-        let root = names.dropLast(tail.count).map { String(decoding: $0, as: UTF8.self) }
-        return "/" + root.joined(separator: "/")
+        var shared = 0
+        while shared < min(names.count, tail.count), names[names.count - 1 - shared] == tail[tail.count - 1 - shared] { shared += 1 }
+        let root = names.dropLast(shared).map { String(decoding: $0, as: UTF8.self) }
+        return MountView(localRoot: "/" + root.joined(separator: "/"),
+                         daemonRoot: ItemPath(components: Array(itemPath.components.dropLast(shared))))
     }
 
     /// An existing item that is neither a regular file nor a directory (after following symlinks).

@@ -11,6 +11,8 @@ final class PresenterTable: @unchecked Sendable {
         let presenter: any FilePresenter
         let id: PurposeID
         var domain: (any CoordinationDomain)?
+        /// Where its URL led into a mount: its callbacks' URLs are made in the same view.
+        var view: MountView?
         /// Blocks handed over by relinquish callbacks, run at the matching reacquire.
         var reacquirers: [(() -> Void)?] = []
         let mailbox = Mailbox()
@@ -50,8 +52,11 @@ final class PresenterTable: @unchecked Sendable {
             return true
         }
         guard isNew, let url = presenter.presentedItemURL,
-              let (domain, path) = try? Placement.place(url) else { return }
-        lock.withLock { entries[id]?.domain = domain }
+              let (domain, path, view) = try? Placement.place(url) else { return }
+        lock.withLock {
+            entries[id]?.domain = domain
+            entries[id]?.view = view
+        }
         domain.addPresenter(id, path: path, awaited: presenter.awaitedRequests)
     }
 
@@ -69,12 +74,12 @@ final class PresenterTable: @unchecked Sendable {
     /// text once the presenter has answered (for notifications: once the callback returned).
     func deliver(_ message: PresenterMessage, to id: PurposeID, in domain: any CoordinationDomain,
                  reply: @escaping @Sendable (String?) -> Void) {
-        guard let (found, mailbox) = lock.withLock({ entries[id].map { ($0.presenter, $0.mailbox) } }) else {
+        guard let (found, mailbox, view) = lock.withLock({ entries[id].map { ($0.presenter, $0.mailbox, $0.view) } }) else {
             return reply(nil)
         }
         // As with Apple's NSFilePresenter, a presenter is called only on its own operation queue.
         nonisolated(unsafe) let presenter = found
-        let url = { @Sendable (path: ItemPath) in domain.url(for: path) }
+        let url = { @Sendable (path: ItemPath) in view?.url(for: path) ?? domain.url(for: path) }
         let answerOnce = Once(reply)
         post({ [self] in
             switch message {

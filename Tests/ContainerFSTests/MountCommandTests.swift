@@ -238,6 +238,32 @@ final class MountCommandTests: XCTestCase {
         XCTAssertEqual(try? String(contentsOfFile: mountPoint + "/" + SampleApps.notes + "/tmp/work.txt", encoding: .utf8), "in use\n")
     }
 
+    /// A presenter of a folder reached through a bind mount of an app's container (a second mount
+    /// of it makes one) hears of its items by their paths in that mount, and `status` there shows
+    /// them so. It heard them as `/APP/Documents/...`, paths of the daemon's tree from `/`.
+    func testAPresenterThroughABindMountHearsItsOwnPaths() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        let (_, second, _) = try storeMountedWithAFileInTmp()
+        let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
+        XCTAssertEqual(app.status, 0, app.error)
+        let heard = scratch.path + "/heard"
+        let documents = mountPoint + "/" + SampleApps.notes + "/Documents"
+        let watched = Shell.run("""
+        \(Shell.quote(MountedStore.executable)) watch --json \(Shell.quote(second + "/Documents")) > \(Shell.quote(heard)) &
+        for i in $(seq 50); do grep -q Documents \(Shell.quote(heard)) 2>/dev/null && break; \
+          \(Shell.quote(MountedStore.executable)) status \(Shell.quote(second)) | grep -q 'Presenters: 1' && break; sleep 0.1; done
+        \(Shell.quote(MountedStore.executable)) status \(Shell.quote(second)) | grep -A1 '^Presenters'
+        echo made > \(Shell.quote(documents + "/made.txt")) && mv \(Shell.quote(documents + "/made.txt")) \(Shell.quote(documents + "/moved.txt"))
+        sleep 1; kill %1; wait
+        """)
+        let presenter = watched.output.split(separator: "\n").dropFirst().first.map(String.init) ?? ""
+        XCTAssertTrue(presenter.hasPrefix("  \(second)/Documents  client"), "status: \(watched.output) \(watched.error)")
+        let lines = ((try? String(contentsOfFile: heard, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        XCTAssertTrue(lines.contains { $0.contains("presentedSubitemDidAppear") && $0.contains("\"\(second)/Documents/made.txt\"") }, "\(lines)")
+        XCTAssertTrue(lines.contains { $0.contains("\"\(second)/Documents/moved.txt\"") }, "\(lines)")
+        XCTAssertFalse(lines.contains { $0.contains("\"/\(SampleApps.notes)/") }, "paths of the daemon's tree from /: \(lines)")
+    }
+
     /// `containerfs run` finds an app's container through the bind mounts a second mount made, once
     /// the daemon's own mount is gone: given the store, or the bind mount's path. It named the
     /// daemon's first mount point only, and found nothing there.

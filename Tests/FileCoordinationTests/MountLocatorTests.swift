@@ -12,6 +12,9 @@ final class MountLocatorTests: XCTestCase {
             "/mnt/store/com.example.notes/Documents": Array("com.example.notes/Documents".utf8),
             "/mnt/store/com.example.notes/Documents/caf\u{E9}": Array("com.example.notes/Documents/caf".utf8) + [0xE9],
             "/mnt/store/link-to-notes": Array("com.example.notes".utf8),
+            // A bind mount of the app's container, as a second mount of it makes.
+            "/home/me/notes": Array("com.example.notes".utf8),
+            "/home/me/notes/Documents": Array("com.example.notes/Documents".utf8),
         ]
         let ordinary: Set<String> = ["/", "/mnt", "/home", "/home/me", "/home/me/notes.txt"]
         if let relative = items[path] {
@@ -57,6 +60,21 @@ final class MountLocatorTests: XCTestCase {
         let location = try XCTUnwrap(locator.locate(path: "/mnt/store/link-to-notes"))
         XCTAssertEqual(location.itemPath, ItemPath("com.example.notes"))
         XCTAssertNil(location.mountRoot)
+    }
+
+    /// Through a bind mount of a directory of the daemon's tree, the view pairs the two roots,
+    /// and the local path of any item it shows follows; the daemon's own root is not there.
+    func testABindMountOfADirectoryIsAView() throws {
+        let location = try XCTUnwrap(locator.locate(path: "/home/me/notes/Documents/new.txt"))
+        XCTAssertEqual(location.itemPath, ItemPath("com.example.notes/Documents/new.txt"))
+        XCTAssertNil(location.mountRoot)
+        let view = try XCTUnwrap(location.view)
+        XCTAssertEqual(view, MountView(localRoot: "/home/me/notes", daemonRoot: try XCTUnwrap(ItemPath("com.example.notes"))))
+        XCTAssertEqual(view.url(for: try XCTUnwrap(ItemPath("com.example.notes/Documents/Inbox/a b")))?.path, "/home/me/notes/Documents/Inbox/a b")
+        XCTAssertEqual(view.url(for: try XCTUnwrap(ItemPath("com.example.notes")))?.path, "/home/me/notes")
+        XCTAssertNil(view.url(for: try XCTUnwrap(ItemPath("com.example.photos/Documents"))), "not in this view")
+        XCTAssertEqual(try XCTUnwrap(locator.locate(path: "/mnt/store/com.example.notes")).view,
+                       MountView(localRoot: "/mnt/store", daemonRoot: .root))
     }
 
     func testOutsideAMountThereIsNoLocation() {

@@ -57,8 +57,8 @@ struct StatusCommand: ParsableCommand {
             encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
             print(String(decoding: try encoder.encode(status), as: UTF8.self))
         } else {
-            print(StatusReport(status: status, excluding: me, mountRoot: location.mountRoot).text, terminator: "")
-            if let mountRoot = location.mountRoot { print(RunningAppsReport(mountPoint: mountRoot).text, terminator: "") }
+            print(StatusReport(status: status, excluding: me, view: location.view).text, terminator: "")
+            if let view = location.view { print(RunningAppsReport(mountPoint: view.localRoot).text, terminator: "") }
         }
     }
 }
@@ -110,11 +110,11 @@ struct RunningAppsReport {
 struct StatusReport {
     let status: CoordinationStatus
     let excluding: OwnerID?
-    let mountRoot: String?
+    /// Where the mount asked shows the daemon's items; paths it does not show are the daemon's.
+    let view: MountView?
 
     private func show(_ path: ItemPath) -> String {
-        guard let mountRoot else { return path.description }
-        return path.isRoot ? mountRoot : mountRoot + "/" + path.description
+        view?.url(for: path)?.path ?? path.description
     }
 
     private func client(_ owner: OwnerID) -> String {
