@@ -129,6 +129,15 @@ public enum MountTable {
     /// The mount at `mountPoint` (the last one there, which covers any before it).
     public static func mount(at mountPoint: String) -> Entry? { entries().last { $0.mountPoint == mountPoint } }
 
+    /// The mount that holds `path` (absolute, its links resolved): the last one at the longest
+    /// mount point above it or at it.
+    public static func mount(holding path: String) -> Entry? {
+        entries().reduce(nil) { found, entry in
+            let holds = entry.mountPoint == "/" || path == entry.mountPoint || path.hasPrefix(entry.mountPoint + "/")
+            return holds && entry.mountPoint.count >= (found?.mountPoint.count ?? 0) ? entry : found
+        }
+    }
+
     /// The device of the mount at `mountPoint`, or nil if nothing is mounted there.
     public static func device(at mountPoint: String) -> String? { mount(at: mountPoint)?.device }
 

@@ -270,7 +270,11 @@ final class MountCommandTests: XCTestCase {
     func testRunFindsABindMountOnceTheDaemonsOwnMountIsGone() throws {
         try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
         try XCTSkipIf(access("/usr/bin/bwrap", X_OK) != 0, "bubblewrap is not installed (scripts/setup.sh installs it)")
-        let (_, second, _) = try storeMountedWithAFileInTmp()
+        _ = try storeMountedWithAFileInTmp()
+        // Named as the app: the names a path ends with alike do not tell its mount (`status`).
+        let second = scratch.path + "/" + SampleApps.notes
+        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
+        addTeardownBlock { if self.isMounted(second) { _ = self.containerfs("unmount \(Shell.quote(second))") } }
         let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
         XCTAssertEqual(app.status, 0, app.error)
         try "kept\n".write(toFile: second + "/Documents/note.txt", atomically: false, encoding: .utf8)
@@ -284,6 +288,14 @@ final class MountCommandTests: XCTestCase {
             let ran = containerfs("run \(Shell.quote(place)) \(SampleApps.notes) -- sh -c \(Shell.quote(reads))")
             XCTAssertEqual(ran.output, "kept\n", "\(place), the daemon's own mount gone: \(ran.error)")
         }
+        // `status` through what is left, from any item in it, shows the app running.
+        let running = Shell.run("""
+        \(Shell.quote(MountedStore.executable)) run \(Shell.quote(second)) \(SampleApps.notes) -- sh -c 'touch "$HOME/tmp/started"; sleep 3' &
+        for i in $(seq 100); do [ -e \(Shell.quote(second + "/tmp/started")) ] && break; sleep 0.05; done
+        \(Shell.quote(MountedStore.executable)) status \(Shell.quote(second + "/Documents")) | grep -c '^  \(SampleApps.notes): launched by pid .*sleep'
+        wait
+        """)
+        XCTAssertEqual(running.output, "1\n", running.error)
         // Another app is not in what is left.
         let other = containerfs("run \(Shell.quote(storePath)) \(SampleApps.photos) -- true")
         XCTAssertTrue(other.status != 0 && other.error.contains("has no mount that shows \(SampleApps.photos)'s container whole"), other.error)

@@ -58,18 +58,20 @@ struct StatusCommand: ParsableCommand {
             print(String(decoding: try encoder.encode(status), as: UTF8.self))
         } else {
             print(StatusReport(status: status, excluding: me, view: location.view).text, terminator: "")
-            if let view = location.view { print(RunningAppsReport(mountPoint: view.localRoot).text, terminator: "") }
+            if let mountPoint { print(RunningAppsReport(path: Store.absolute(mountPoint)).text, terminator: "") }
         }
     }
 }
 
-/// The apps running from the mount's store, each sandbox with the processes in it (the
-/// descendants of its `containerfs run`).
+/// The apps running from the store of the mount that holds `path`, each sandbox with the
+/// processes in it (the descendants of its `containerfs run`).
 struct RunningAppsReport {
-    let mountPoint: String
+    let path: String
 
     var text: String {
-        guard let source = MountTable.mount(at: mountPoint)?.source,
+        guard let resolved = realpath(path, nil) else { return "" }
+        defer { free(resolved) }
+        guard let source = MountTable.mount(holding: String(cString: resolved))?.source,
               let store = Sandbox.store(mountedAs: source)
         else { return "" }
         let running: [RunningApp]
