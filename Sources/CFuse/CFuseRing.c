@@ -8,9 +8,11 @@
 // INTERRUPT still come through /dev/fuse, as do notices to the kernel.
 //
 // A request served on the queue's thread holds up the requests behind it, so a request about to
-// wait (a sync, a wait for the disk: `cfuse_ring_will_wait`) hands the queue to another thread
-// first, a parked one or a new one, and parks once it is done: only one thread at a time takes
-// completions from a queue.
+// wait (a wait for the disk: `cfuse_ring_will_wait`) hands the queue to another thread first, a
+// parked one or a new one, and parks once it is done: only one thread at a time takes completions
+// from a queue. A sync, which is nothing but such a wait, is served by a worker instead, and the
+// queue's thread goes on (`cfuse_ring_offload`): a hand-over costs more, since the kernel completes
+// a command in the thread that submitted it, and the parked thread is woken for each of its own.
 //
 // io_uring cancels the commands a thread submitted when the thread ends, and an entry whose command
 // is cancelled is lost to its queue (the kernel fails the request in it with ECANCELED). So only the
@@ -68,6 +70,9 @@ struct cfuse_ring_entry {
     /// The request the entry holds until its answer, 0 when none.
     _Atomic uint64_t unique;
     uint64_t commit_id;
+    /// While a worker is to serve its request: the request, and the next entry waiting for one.
+    struct fuse_buf offloaded;
+    struct cfuse_ring_entry *next_offloaded;
 };
 
 struct cfuse_ring_queue {
@@ -88,6 +93,13 @@ struct cfuse_ring_queue {
     /// Published once allocated (answers from other threads look through them), before any is
     /// registered: the kernel uses a queue once every queue has one entry registered.
     _Atomic(struct cfuse_ring_entry *) entries;
+    /// The workers that serve its syncs, on its CPU (`cfuse_ring_offload`): the entries waiting
+    /// for one, first to last, how many wait, the workers alive and idle. Guarded by `work_lock`;
+    /// `work_changed` is signalled when there is work, and when a worker leaves.
+    pthread_mutex_t work_lock;
+    pthread_cond_t work_changed;
+    struct cfuse_ring_entry *offloaded_first, *offloaded_last;
+    int offloaded, workers, idle;
 };
 
 struct cfuse_ring {
@@ -177,6 +189,9 @@ static int cfuse_ring_commit(struct cfuse_ring_entry *entry, struct cfuse_out_he
     return cfuse_ring_send(entry, CFUSE_IO_URING_CMD_COMMIT_AND_FETCH);
 }
 
+static int cfuse_ring_offload(struct cfuse_ring_entry *entry, struct fuse_buf buf);
+static void cfuse_ring_pin(int cpu);
+
 /// Lays the request out as /dev/fuse gives it (header, the operation's fixed part, the payload)
 /// and serves it through libfuse.
 static void cfuse_ring_serve(struct cfuse_ring_entry *entry) {
@@ -197,9 +212,9 @@ static void cfuse_ring_serve(struct cfuse_ring_entry *entry) {
     memcpy(start + sizeof in, entry->header->op_in, fixed);
     atomic_store(&entry->unique, in.unique);
     struct fuse_buf buf = { .size = in.len, .flags = (enum fuse_buf_flags)0, .mem = start, .fd = -1, .pos = 0 };
-    cfuse_ring_current = entry;
     // A sync waits for the disk.
-    if (in.opcode == CFUSE_FSYNC_OPCODE || in.opcode == CFUSE_FSYNCDIR_OPCODE) cfuse_ring_will_wait();
+    if ((in.opcode == CFUSE_FSYNC_OPCODE || in.opcode == CFUSE_FSYNCDIR_OPCODE) && cfuse_ring_offload(entry, buf)) return;
+    cfuse_ring_current = entry;
     fuse_session_process_buf(ring->se, &buf);
     cfuse_ring_current = NULL;
 }
@@ -248,8 +263,8 @@ ssize_t cfuse_ring_reply(struct cfuse_ring *ring, const struct iovec *iov, int c
 
 static void *cfuse_ring_successor(void *argument);
 
-/// Starts a detached thread running `body` with `queue`, the stop signals blocked. 0, or an errno.
-static int cfuse_ring_spawn(void *(*body)(void *), struct cfuse_ring_queue *queue) {
+/// Starts a detached thread running `body` with `argument`, the stop signals blocked. 0, or an errno.
+static int cfuse_ring_spawn(void *(*body)(void *), void *argument) {
     pthread_attr_t attributes;
     int error = pthread_attr_init(&attributes);
     if (error != 0) return error;
@@ -257,7 +272,7 @@ static int cfuse_ring_spawn(void *(*body)(void *), struct cfuse_ring_queue *queu
     sigset_t previous;
     cfuse_block_stop_signals(&previous);
     error = pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
-    if (error == 0) error = pthread_create(&thread, &attributes, body, queue);
+    if (error == 0) error = pthread_create(&thread, &attributes, body, argument);
     pthread_sigmask(SIG_SETMASK, &previous, NULL);
     pthread_attr_destroy(&attributes);
     return error;
@@ -281,6 +296,57 @@ void cfuse_ring_will_wait(void) {
     }
     if (handed) cfuse_ring_taker = NULL;
     pthread_mutex_unlock(&queue->lock);
+}
+
+/// A worker: serves the entries offloaded to its queue until the ring stops. Workers stay, as a
+/// queue's threads do, at most one an entry; on the queue's CPU, so that handing them a request
+/// wakes no other CPU.
+static void *cfuse_ring_worker(void *argument) {
+    struct cfuse_ring_queue *queue = argument;
+    cfuse_ring_pin(queue->qid);
+    pthread_mutex_lock(&queue->work_lock);
+    for (;;) {
+        queue->idle++;
+        while (queue->offloaded_first == NULL && !atomic_load(&queue->ring->stopping)) pthread_cond_wait(&queue->work_changed, &queue->work_lock);
+        queue->idle--;
+        struct cfuse_ring_entry *entry = queue->offloaded_first;
+        if (entry == NULL) break;
+        queue->offloaded_first = entry->next_offloaded;
+        if (queue->offloaded_first == NULL) queue->offloaded_last = NULL;
+        queue->offloaded--;
+        pthread_mutex_unlock(&queue->work_lock);
+        // Its answer finds the entry here, and wakes the queue's thread to submit it.
+        cfuse_ring_current = entry;
+        fuse_session_process_buf(queue->ring->se, &entry->offloaded);
+        cfuse_ring_current = NULL;
+        pthread_mutex_lock(&queue->work_lock);
+    }
+    queue->workers--;
+    pthread_cond_broadcast(&queue->work_changed);
+    pthread_mutex_unlock(&queue->work_lock);
+    return NULL;
+}
+
+/// Hands the request in `entry` to a worker of its queue, an idle one or a new one. 0 when it
+/// cannot (no thread could be made): the caller serves it.
+static int cfuse_ring_offload(struct cfuse_ring_entry *entry, struct fuse_buf buf) {
+    struct cfuse_ring_queue *queue = entry->queue;
+    pthread_mutex_lock(&queue->work_lock);
+    int offloaded = queue->idle > queue->offloaded;
+    if (!offloaded && cfuse_ring_spawn(cfuse_ring_worker, queue) == 0) {
+        queue->workers++;
+        offloaded = 1;
+    }
+    if (offloaded) {
+        entry->offloaded = buf;
+        entry->next_offloaded = NULL;
+        if (queue->offloaded_last) queue->offloaded_last->next_offloaded = entry; else queue->offloaded_first = entry;
+        queue->offloaded_last = entry;
+        queue->offloaded++;
+        pthread_cond_signal(&queue->work_changed);
+    }
+    pthread_mutex_unlock(&queue->work_lock);
+    return offloaded;
 }
 
 /// An anonymous mapping of `size` bytes (page-aligned, untouched until used), or NULL.
@@ -455,6 +521,7 @@ struct cfuse_ring *cfuse_ring_start(struct fuse_session *se, int device, unsigne
         free(ring);
         return NULL;
     }
+
     // Its answers never splice (`cfuse_reply_fd_read`) from here on.
     atomic_store(&cfuse_ring_serving, 1);
     for (unsigned q = 0; q < ring->queues; q++) {
@@ -463,6 +530,8 @@ struct cfuse_ring *cfuse_ring_start(struct fuse_session *se, int device, unsigne
         queue->qid = (int)q;
         pthread_mutex_init(&queue->lock, NULL);
         pthread_cond_init(&queue->changed, NULL);
+        pthread_mutex_init(&queue->work_lock, NULL);
+        pthread_cond_init(&queue->work_changed, NULL);
         queue->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         queue->threads = 1;
         if (queue->wake < 0 || cfuse_ring_spawn(cfuse_ring_first, queue) != 0) {
@@ -496,6 +565,14 @@ void cfuse_ring_stop(struct cfuse_ring *ring) {
         queue->closed = 1;
         pthread_mutex_unlock(&queue->lock);
     }
+    // A worker serving a request finishes it first; its answer finds its queue closed.
+    for (unsigned q = 0; q < ring->queues; q++) {
+        struct cfuse_ring_queue *queue = &ring->queue[q];
+        pthread_mutex_lock(&queue->work_lock);
+        pthread_cond_broadcast(&queue->work_changed);
+        while (queue->workers > 0) pthread_cond_wait(&queue->work_changed, &queue->work_lock);
+        pthread_mutex_unlock(&queue->work_lock);
+    }
 }
 
 void cfuse_ring_free(struct cfuse_ring *ring) {
@@ -512,6 +589,8 @@ void cfuse_ring_free(struct cfuse_ring *ring) {
         if (queue->wake >= 0) close(queue->wake);
         pthread_cond_destroy(&queue->changed);
         pthread_mutex_destroy(&queue->lock);
+        pthread_cond_destroy(&queue->work_changed);
+        pthread_mutex_destroy(&queue->work_lock);
     }
     free(ring->queue);
     free(ring);
