@@ -521,7 +521,6 @@ struct cfuse_ring *cfuse_ring_start(struct fuse_session *se, int device, unsigne
         free(ring);
         return NULL;
     }
-
     // Its answers never splice (`cfuse_reply_fd_read`) from here on.
     atomic_store(&cfuse_ring_serving, 1);
     for (unsigned q = 0; q < ring->queues; q++) {
