@@ -228,6 +228,10 @@ final class UnsyncedPublishes: @unchecked Sendable {
     /// syncs again, so that their writers hear of the next failure.
     var hasFailed: Bool { failed.load(ordering: .relaxed) }
 
+    /// Notes a background write or sync that failed, whose work is nonetheless done (a logged
+    /// change dropped when its commit could not be synced).
+    func noteFailure() { failed.store(true, ordering: .relaxed) }
+
     /// Whether a close may publish a file of `size` bytes without waiting for its data, `checksummed`
     /// if its record needs no read of it.
     func mayRecord(size: off_t, checksummed: Bool) -> Bool {
@@ -359,7 +363,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
             retiring.withLock { if $0.byFile[key] === retirement { $0.byFile[key] = nil } }
         } else {
             // Left for the next wait, and the unmount or the next mount applies the log again.
-            failed.store(true, ordering: .relaxed)
+            noteFailure()
         }
         return error
     }
@@ -426,7 +430,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
             self.waiting.withLock { $0.settleScheduled = false }
             // As a failed write: the removals stay unsettled (a sync of such a file syncs and
             // reports), and closes wait for their data again.
-            if self.settleAll() != 0 { self.failed.store(true, ordering: .relaxed) }
+            if self.settleAll() != 0 { self.noteFailure() }
         }
     }
 
@@ -458,7 +462,7 @@ final class UnsyncedPublishes: @unchecked Sendable {
                 if waiting.jobs[publish.key] === publish { waiting.jobs[publish.key] = nil }
             }
         } else {
-            failed.store(true, ordering: .relaxed)
+            noteFailure()
         }
         return error
     }

@@ -1108,18 +1108,20 @@ final class Shadows: @unchecked Sendable {
     /// Takes a published log on from where it is, once each step: the commit's sync (a failure
     /// drops the change: the file keeps its previous version, as a local disk's cache may lose
     /// what a failing disk does not take), the apply (giving the lease back), the retirement.
-    /// Returns 0 or the errno of the step that failed, which the next call tries again.
+    /// Returns 0 or the errno of the step that failed, which the next call tries again. A dropped
+    /// change is done: a read waiting for it reads the previous version (it heard the commit's
+    /// EIO when it came first), and the failure is noted for the closes after it.
     private func finish(_ published: PublishedLog) -> Int32 {
         published.step.withLock { step in
             if step == .commit {
-                let error = syncLog(published.log)
-                guard error == 0 else {
+                guard syncLog(published.log) == 0 else {
                     dropTarget(published.target, of: published.key)
                     // Its close gives the lease back.
                     close(published.file)
                     drop(published)
                     step = .done
-                    return error
+                    unsynced.noteFailure()
+                    return 0
                 }
                 step = .apply
             }
