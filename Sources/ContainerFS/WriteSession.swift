@@ -1109,8 +1109,8 @@ final class Shadows: @unchecked Sendable {
     /// drops the change: the file keeps its previous version, as a local disk's cache may lose
     /// what a failing disk does not take), the apply (giving the lease back), the retirement.
     /// Returns 0 or the errno of the step that failed, which the next call tries again. A dropped
-    /// change is done: a read waiting for it reads the previous version (it heard the commit's
-    /// EIO when it came first), and the failure is noted for the closes after it.
+    /// change is work done, whoever runs it: an open waiting for it reads the previous version,
+    /// and the failure is noted for the closes after it.
     private func finish(_ published: PublishedLog) -> Int32 {
         published.step.withLock { step in
             if step == .commit {
