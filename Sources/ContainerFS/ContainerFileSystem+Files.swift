@@ -191,13 +191,11 @@ extension ContainerFileSystem {
                 // this one is written (a shell's `echo b > f` right after `echo a > f`).
                 session.lastWriter = nil
                 session.truncater = 0
-            } else if session.log != nil {
-                // A log serves one writer: a second one shares an ordinary shadow.
-                let error = shadows.convertLog(session, of: node)
-                if error != 0 { return error }
             }
-            // A truncating writer's shadow is a new, empty file; the first writer of a large file may log.
-            let error = shadows.prepare(session, of: node, truncated: truncating, mayLog: current == nil)
+            // A truncating writer's shadow is a new, empty file; a large file's writers share a log
+            // (each only writes through it), a writer joining a closed one not yet released too:
+            // a copy of the whole file cost seconds and its size in space (docs/atomic-replace.md).
+            let error = shadows.prepare(session, of: node, truncated: truncating, mayLog: true)
             if error == 0, truncating { session.dirty = true }
             guard error == 0 else {
                 if current == nil { shadows.discard(session) }
@@ -491,7 +489,7 @@ extension ContainerFileSystem {
                 if error != 0 { return error }
             }
             if session.shadow < 0 {
-                let error = shadows.prepare(session, of: handle.node, truncated: false, mayLog: logging && session.writers == 1)
+                let error = shadows.prepare(session, of: handle.node, truncated: false, mayLog: logging)
                 if error != 0 { return error }
             }
             if let writer {

@@ -334,7 +334,7 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
             // truncate(2) looks the name up again on ESTALE, for a node of its own.
             if yieldsToCachedReaders(node, session: current) { return ESTALE }
             let session = current ?? WriteSession()
-            var error = shadows.prepare(session, of: node, truncated: size == 0, mayLog: current == nil)
+            var error = shadows.prepare(session, of: node, truncated: size == 0, mayLog: true)
             if error == 0 {
                 error = session.log != nil ? shadows.logTruncate(session, to: size)
                     : Backing.check(session.changeShadow { ftruncate($0, size) })

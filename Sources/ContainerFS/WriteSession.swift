@@ -991,7 +991,7 @@ final class Shadows: @unchecked Sendable {
 
     /// Turns a logged rewrite into an ordinary one: a copy of the file (a reflink where possible)
     /// with the log applied becomes the shadow. For what the log cannot serve: reads through a
-    /// writer, a second writer, a publish while others have the file open.
+    /// writer, a publish while others have the file open.
     func convertLog(_ session: WriteSession, of node: Node) -> Int32 {
         guard let log = session.log else { return 0 }
         guard let (copy, name) = makeShadow() else { return errno }

@@ -94,6 +94,33 @@ final class LargeFileTests: MountedTestCase {
         XCTAssertEqual(sh("ls \(Shell.quote(mounted.store.workPath + "/shadows"))/* | grep -c delta || true"), "0\n", "no log is left")
     }
 
+    /// The kernel releases a closed file after close(2) returns, so in a loop of changes (`dd
+    /// conv=notrunc` in a script) the next open often comes before the last one's release. A child
+    /// holding the first descriptor makes that certain: the second writer joins a session whose
+    /// change is published, and logs its own, where it used to copy the whole file.
+    func testAChangeRightAfterAnotherClosedOneCopiesNothing() {
+        makeLargeFile()
+        let before = backingInode("Documents/large")
+        syscall("""
+        first = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(first, b'first', 100)
+        child = os.fork()
+        if child == 0:
+            os.close(0); os.close(1); os.close(2)
+            import time; time.sleep(2); os._exit(0)
+        os.close(first)
+        second = os.open('Documents/large', os.O_WRONLY)
+        os.pwrite(second, b'second', 200)
+        os.close(second)
+        os.waitpid(child, 0)
+        data = open('Documents/large', 'rb').read(206)
+        assert data[100:105] == b'first' and data[200:206] == b'second', data
+        """, errno: 0)
+        settle()
+        XCTAssertEqual(backingInode("Documents/large"), before, "applied to the file itself, not published as a copy")
+        XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=200 count=6 status=none"), "second")
+    }
+
     /// `truncate -s` opens, truncates and closes without writing: its close publishes, so that the
     /// `stat` or `du` right after it counts the blocks the truncation freed (xfstests generic/701).
     func testTheCloseAfterATruncationPublishesIt() {
