@@ -18,6 +18,8 @@ final class WriteSession {
     /// once anything else changed the shadow (a truncation, an allocation, a log's write).
     private(set) var written: WrittenPrefix? = WrittenPrefix()
     var shadowName: [CChar] = []
+    /// The shadow's name without its NUL: a log's, which its commit's digest covers (`DeltaLog`).
+    var logName: some Sequence<UInt8> { shadowName.lazy.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) } }
     /// Open write handles sharing the session.
     var writers = 0
     /// Whether the shadow holds writes not yet published.
@@ -997,7 +999,7 @@ final class Shadows: @unchecked Sendable {
         guard let (copy, name) = makeShadow() else { return errno }
         var (error, _) = fill(copy, from: node, copyingData: true)
         if error == 0 {
-            let (records, _, readError) = DeltaLog.records(of: session.shadow)
+            let (records, _, readError) = DeltaLog.records(of: session.shadow, named: session.logName)
             error = readError != 0 ? readError : DeltaLog.apply(records, of: session.shadow, to: copy)
         }
         guard error == 0 else {
@@ -1026,7 +1028,7 @@ final class Shadows: @unchecked Sendable {
         RequestThreads.willWait()
         // On a failure the lease goes with the file, which the publish's `discard` closes.
         guard let key = Backing.key(of: log.original) else { return errno }
-        let (records, _, readError) = DeltaLog.records(of: session.shadow)
+        let (records, _, readError) = DeltaLog.records(of: session.shadow, named: session.logName)
         guard readError == 0 else { return readError }
         let later = leased && !durably && !renameCommits.needed && !unsynced.hasFailed && DeltaLog.keepsSize(records, of: log.original)
         // Blocks first: a full disk refuses the change before it is committed, never halfway.
@@ -1041,7 +1043,7 @@ final class Shadows: @unchecked Sendable {
             return error
         }
         var end = log.end
-        error = DeltaLog.commit(session.shadow, end: &end) { later ? 0 : self.syncLog($0) }
+        error = DeltaLog.commit(session.shadow, named: session.logName, end: &end) { later ? 0 : self.syncLog($0) }
         guard error == 0 else {
             dropTarget(target, of: key)
             return error

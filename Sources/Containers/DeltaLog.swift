@@ -11,8 +11,10 @@ import Foundation
 /// version.
 ///
 /// Records: a 32-byte header (magic, kind, offset, length, then zeros), followed for a write by its
-/// `length` bytes of data, and for a commit by the SHA-256 of every byte before it: a log is
-/// synced once, with its commit, and a commit whose log did not reach the disk whole does not count.
+/// `length` bytes of data, and for a commit by the SHA-256 of the log's name and every byte before
+/// it: a log is synced once, with its commit, and a commit whose log did not reach the disk whole
+/// does not count, nor one found under another name (an earlier log whose file became this one's:
+/// a cut may keep the names made for it and lose its new content, docs/atomic-replace.md).
 public enum DeltaLog {
     public static let headerSize = 32
     /// Log files in a daemon's shadow directory are named with this prefix, and the file a committed
@@ -30,8 +32,10 @@ public enum DeltaLog {
         /// which synced the records before appending it.)
         case commit = 3
         /// The log is to be applied if the SHA-256 of everything before it, which follows the
-        /// header (`length` bytes), matches.
+        /// header (`length` bytes), matches. (Logs of earlier versions.)
         case checkedCommit = 4
+        /// As `checkedCommit`, the digest taken of the log's name, a NUL, then everything before.
+        case namedCommit = 5
     }
 
     private static let digestSize = SHA256.byteCount
@@ -63,16 +67,18 @@ public enum DeltaLog {
         return error
     }
 
-    /// Commits the log: appends the commit record with the digest of what the log holds, then
+    /// Commits the log named `name` (in its directory): appends the commit record with the digest
+    /// of its name and what it holds, then
     /// `sync`s the log (its `fsync` by default; the daemon syncs the log's directory together with
     /// it where the log's sync does not make the names durable too: the log's own and its target's
     /// link, `Backing.fileSyncCarriesNames`). One sync: a cut during it leaves a commit whose
     /// digest does not match, or none, or names that lead to no log.
-    public static func commit(_ log: Int32, end: inout off_t, sync: (Int32) -> Int32 = { fsync($0) == 0 ? 0 : errno }) -> Int32 {
-        let (digest, readError) = self.digest(of: log, upTo: end)
+    public static func commit(_ log: Int32, named name: some Sequence<UInt8>, end: inout off_t,
+                              sync: (Int32) -> Int32 = { fsync($0) == 0 ? 0 : errno }) -> Int32 {
+        let (digest, readError) = self.digest(of: log, upTo: end, named: Array(name))
         guard readError == 0 else { return readError }
         guard let digest else { return EIO }   // shorter than its records: the log is not whole
-        let error = writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digestSize))
+        let error = writeHeader(log, at: end, kind: .namedCommit, offset: 0, length: off_t(digestSize))
         guard error == 0 else { return error }
         let written = digest.withUnsafeBytes { pwrite(log, $0.baseAddress, digestSize, end + off_t(headerSize)) }
         guard written == digestSize else { return written < 0 ? errno : EIO }
@@ -80,9 +86,11 @@ public enum DeltaLog {
         return sync(log)
     }
 
-    /// The SHA-256 of the log's first `length` bytes; nil if the log is shorter.
-    private static func digest(of log: Int32, upTo length: off_t) -> (digest: [UInt8]?, error: Int32) {
+    /// The SHA-256 of the log's name and a NUL, if `name`, then of its first `length` bytes; nil if
+    /// the log is shorter.
+    private static func digest(of log: Int32, upTo length: off_t, named name: [UInt8]?) -> (digest: [UInt8]?, error: Int32) {
         var hash = SHA256()
+        if let name { hash.update(data: name + [0]) }
         var buffer = [UInt8](repeating: 0, count: min(Int(length), 1 << 20))
         var position: off_t = 0
         while position < length {
@@ -98,8 +106,8 @@ public enum DeltaLog {
     }
 
     /// The log's records in order, up to the first one that is missing or torn. `committed`: the
-    /// last record read is a commit.
-    public static func records(of log: Int32) -> (records: [Record], committed: Bool, error: Int32) {
+    /// last record read is a commit of the log named `name` (one that says whose it is).
+    public static func records(of log: Int32, named name: some Sequence<UInt8>) -> (records: [Record], committed: Bool, error: Int32) {
         var records: [Record] = []
         var position: off_t = 0
         var header = [UInt64](repeating: 0, count: headerSize / 8)
@@ -112,13 +120,13 @@ public enum DeltaLog {
                                 dataPosition: position + off_t(headerSize))
             guard record.offset >= 0, record.length >= 0 else { break }
             if kind == .commit { return (records, true, 0) }
-            if kind == .checkedCommit {
+            if kind == .checkedCommit || kind == .namedCommit {
                 guard record.length == off_t(digestSize) else { break }
                 var stored = [UInt8](repeating: 0, count: digestSize)
                 let read = stored.withUnsafeMutableBytes { pread(log, $0.baseAddress, digestSize, record.dataPosition) }
                 if read < 0 { return (records, false, errno) }
                 // A read that fails is an error (the log stays), not a log found torn.
-                let (digest, error) = digest(of: log, upTo: position)
+                let (digest, error) = digest(of: log, upTo: position, named: kind == .namedCommit ? Array(name) : nil)
                 if error != 0 { return (records, false, error) }
                 return (records, read == digestSize && digest == stored, 0)
             }
@@ -139,7 +147,7 @@ public enum DeltaLog {
                 if error != 0 { return error }
             case .truncate:
                 if ftruncate(target, record.offset) != 0 { return errno }
-            case .commit, .checkedCommit:
+            case .commit, .checkedCommit, .namedCommit:
                 return 0
             }
         }
@@ -188,7 +196,7 @@ public enum DeltaLog {
         let log = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard log >= 0 else { return errno == ENOENT ? 0 : errno }
         defer { close(log) }
-        let (records, committed, readError) = records(of: log)
+        let (records, committed, readError) = records(of: log, named: name.utf8)
         guard readError == 0 else { return readError }
         if committed {
             let target = openat(directory, name + targetSuffix, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)

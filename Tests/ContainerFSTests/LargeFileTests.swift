@@ -244,7 +244,7 @@ final class LargeFileTests: MountedTestCase {
             XCTAssertEqual(DeltaLog.writeHeader(log, at: 0, kind: .write, offset: offset, length: off_t(data.utf8.count)), 0)
             end = off_t(DeltaLog.headerSize + data.utf8.count)
             XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: 3 * 1024 * 1024 + 1), 0)
-            if committed { XCTAssertEqual(DeltaLog.commit(log, end: &end), 0) }
+            if committed { XCTAssertEqual(DeltaLog.commit(log, named: name.utf8, end: &end), 0) }
             close(log)
             XCTAssertEqual(link(file, shadows + "/" + name + DeltaLog.targetSuffix), 0)
         }
@@ -286,7 +286,7 @@ extension LargeFileTests {
         let log = open(shadows + "/delta-1", O_RDWR | O_CREAT | O_EXCL, 0o600)
         var end: off_t = 0
         XCTAssertEqual(DeltaLog.appendTruncate(log, end: &end, size: 1), 0)
-        XCTAssertEqual(DeltaLog.commit(log, end: &end), 0)
+        XCTAssertEqual(DeltaLog.commit(log, named: "delta-1".utf8, end: &end), 0)
         close(log)
         // Its target is a directory, which no log applies to.
         XCTAssertThrowsError(try mounted.remount()) { error in
