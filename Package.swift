@@ -59,7 +59,7 @@ let package = Package(
         ),
         .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
-        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
+        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination", "Containers"]),
         // Apple's documented pattern, compiled as written for Apple's systems plus one import.
         .testTarget(name: "NSFileCoordinationTests", dependencies: ["NSFileCoordination"]),
         .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs", "FileCoordination"]),

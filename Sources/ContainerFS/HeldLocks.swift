@@ -1,4 +1,5 @@
 import CLinux
+import Containers
 import Foundation
 import Glibc
 

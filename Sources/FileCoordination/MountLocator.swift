@@ -1,3 +1,4 @@
+import Containers
 import Coordination
 import Foundation
 #if canImport(Glibc)
@@ -119,15 +120,19 @@ public struct MountLocator: Sendable {
         }
     }
 
-    /// Pairs the item's absolute path with its path in the daemon's tree: the names they end
-    /// with alike are below the view's root in both. A view found so may start above the place
-    /// really mounted (a bind mount of `app` at `/srv/app`), and shows what is below it the same.
+    /// Pairs the item's absolute path with its path in the daemon's tree. The kernel's mount
+    /// table says which directory of the daemon's tree the mount holding the path shows. Without
+    /// it (tests' attributes), the names the two paths end with alike are below the view's root
+    /// in both: a view found so may start above the place really mounted (a bind mount of `app`
+    /// at `/srv/app` pairs `/srv` with the daemon's root), and names what is outside it wrongly.
     private func view(of absolutePath: String, itemPath: ItemPath) -> MountView {
         var absolute = absolutePath
         if resolvesRealPath, let resolved = realpath(absolutePath, nil) {
             absolute = String(cString: resolved)
             free(resolved)
         }
+        if resolvesRealPath, let mount = MountTable.mount(holding: absolute),
+           let view = Self.view(of: absolute, itemPath: itemPath, in: mount) { return view }
         let names = absolute.split(separator: "/", omittingEmptySubsequences: true).map { Array($0.utf8) }
         let tail = itemPath.components.map(\.bytes)
         var shared = 0
@@ -135,6 +140,16 @@ public struct MountLocator: Sendable {
         let root = names.dropLast(shared).map { String(decoding: $0, as: UTF8.self) }
         return MountView(localRoot: "/" + root.joined(separator: "/"),
                          daemonRoot: ItemPath(components: Array(itemPath.components.dropLast(shared))))
+    }
+
+    /// The view of `mount`, the mount holding `absolute`, if its record agrees with the daemon's
+    /// path of the item there: the directory it shows, and below it the names below its mount point.
+    static func view(of absolute: String, itemPath: ItemPath, in mount: MountTable.Entry) -> MountView? {
+        let point = mount.mountPoint == "/" ? "" : mount.mountPoint
+        guard absolute == mount.mountPoint || absolute.hasPrefix(point + "/"),
+              let shown = ItemPath(mount.root), let below = ItemPath(String(absolute.dropFirst(point.count))),
+              shown.appending(below) == itemPath else { return nil }
+        return MountView(localRoot: mount.mountPoint, daemonRoot: shown)
     }
 
     /// An existing item that is neither a regular file nor a directory (after following symlinks).

@@ -1,5 +1,6 @@
 import Containers
 import Coordination
+import FileCoordination
 import Foundation
 import Glibc
 import XCTest
@@ -262,6 +263,24 @@ final class MountCommandTests: XCTestCase {
         XCTAssertTrue(lines.contains { $0.contains("presentedSubitemDidAppear") && $0.contains("\"\(second)/Documents/made.txt\"") }, "\(lines)")
         XCTAssertTrue(lines.contains { $0.contains("\"\(second)/Documents/moved.txt\"") }, "\(lines)")
         XCTAssertFalse(lines.contains { $0.contains("\"/\(SampleApps.notes)/") }, "paths of the daemon's tree from /: \(lines)")
+    }
+
+    /// The client library tells what a bind mount of an app shows from the kernel's mount table:
+    /// at a directory named as the app, the names alone paired the directory above it with the
+    /// daemon's root, and named another app's items there, where they are not.
+    func testTheLibrarysViewOfABindMountIsWhatItShows() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        _ = try storeMountedWithAFileInTmp()
+        let second = scratch.path + "/" + SampleApps.notes
+        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
+        addTeardownBlock { if self.isMounted(second) { _ = self.containerfs("unmount \(Shell.quote(second))") } }
+        let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
+        XCTAssertEqual(app.status, 0, app.error)
+        let location = try XCTUnwrap(MountLocator().locate(path: second + "/Documents/new.txt"))
+        XCTAssertEqual(location.itemPath, ItemPath(SampleApps.notes + "/Documents/new.txt"))
+        let view = try XCTUnwrap(location.view)
+        XCTAssertEqual(view, MountView(localRoot: second, daemonRoot: try XCTUnwrap(ItemPath(SampleApps.notes))))
+        XCTAssertNil(view.url(for: try XCTUnwrap(ItemPath(SampleApps.photos + "/Documents"))), "another app is not in this mount")
     }
 
     /// `containerfs run` finds an app's container through the bind mounts a second mount made, once

@@ -1,5 +1,6 @@
+import Containers
 import Coordination
-import FileCoordination
+@testable import FileCoordination
 import XCTest
 
 /// No mount exists in these tests: the extended attributes are faked.
@@ -74,6 +75,21 @@ final class MountLocatorTests: XCTestCase {
         XCTAssertEqual(view.url(for: try XCTUnwrap(ItemPath("com.example.notes")))?.path, "/home/me/notes")
         XCTAssertNil(view.url(for: try XCTUnwrap(ItemPath("com.example.photos/Documents"))), "not in this view")
         XCTAssertEqual(try XCTUnwrap(locator.locate(path: "/mnt/store/com.example.notes")).view,
+                       MountView(localRoot: "/mnt/store", daemonRoot: .root))
+    }
+
+    /// The kernel's mount table says which directory a bind mount shows, where the names alone
+    /// cannot: a bind mount of an app at a directory named as the app.
+    func testTheMountTableSaysWhatABindMountShows() throws {
+        let app = try XCTUnwrap(ItemPath("com.example.notes"))
+        let bind = try XCTUnwrap(MountTable.entry("46 27 0:40 /com.example.notes /srv/com.example.notes rw - fuse.containerfs s rw"))
+        let view = try XCTUnwrap(MountLocator.view(of: "/srv/com.example.notes/Documents/a", itemPath: try XCTUnwrap(ItemPath("com.example.notes/Documents/a")), in: bind))
+        XCTAssertEqual(view, MountView(localRoot: "/srv/com.example.notes", daemonRoot: app))
+        XCTAssertNil(view.url(for: try XCTUnwrap(ItemPath("com.example.photos/Documents"))), "another app is not in this view")
+        XCTAssertEqual(MountLocator.view(of: "/srv/com.example.notes", itemPath: app, in: bind), view)
+        XCTAssertNil(MountLocator.view(of: "/srv/com.example.notes/x", itemPath: try XCTUnwrap(ItemPath("y")), in: bind), "the record disagrees")
+        let whole = try XCTUnwrap(MountTable.entry("45 27 0:40 / /mnt/store rw - fuse.containerfs s rw"))
+        XCTAssertEqual(MountLocator.view(of: "/mnt/store/com.example.notes", itemPath: app, in: whole),
                        MountView(localRoot: "/mnt/store", daemonRoot: .root))
     }
 
