@@ -2,6 +2,7 @@ import CFuse
 import CLinux
 import Containers
 import Coordination
+import Dispatch
 import FUSELowLevel
 import Glibc
 
@@ -609,11 +610,29 @@ extension ContainerFileSystem {
         case inPlace
     }
 
+    /// Gives handles closed just before a large file's logged change is published a moment (at most
+    /// `releaseWait`) for their release: a log applies in place only while no other handle has the
+    /// file open, and otherwise becomes a copy of the whole file. The kernel releases a closed file
+    /// after close(2) returns, so a program that closes its reader, then its writer (`rsync
+    /// --inplace`: the basis file, then the output) copied the file at one close in three.
+    private func awaitReleases(beforeLogOf node: Node) {
+        guard node.withSession({ $0?.log != nil }) else { return }
+        let othersOpen = { node.withSession { _ in node.sharing.hasOpenHandles } || self.nodes.hasReadersOfDetachedNodes(of: node.key) }
+        guard othersOpen() else { return }
+        RequestThreads.willWait()
+        let deadline = DispatchTime.now().uptimeNanoseconds + Self.releaseWait
+        repeat { usleep(100) } while othersOpen() && DispatchTime.now().uptimeNanoseconds < deadline
+    }
+
+    /// A copy of a file large enough to be logged (64 MiB) takes tens of milliseconds at least.
+    static let releaseWait: UInt64 = 5_000_000
+
     /// Publishes a session's unpublished writes; nil when nothing was published. The first publish
     /// ends the session's coordinated write, so presenters hear "did change" once the change is
     /// there to read.
     private func publish(_ node: Node, durably: Bool) -> (Int32, Published?) {
-        node.withSession { current in
+        awaitReleases(beforeLogOf: node)
+        return node.withSession { current in
             guard let session = current, session.dirty || session.failure != 0 else { return (0, nil) }
             let published = session.publishes
             let error = shadows.publish(session, of: node, in: nodes, durably: durably)

@@ -588,9 +588,9 @@ final class NodeTable: @unchecked Sendable {
         /// nodes await the writer (the kernel may forget the first before the writer's retried open
         /// reaches it; a writer that never comes is not awaited for ever).
         var awaitingWriter: [BackingKey: UInt64] = [:]
-        /// How many detached nodes of each file the kernel still holds: their readers read the
-        /// file itself, which a logged rewrite must then not change in place.
-        var detached: [BackingKey: Int] = [:]
+        /// The detached nodes of each file the kernel still holds: their readers read the file
+        /// itself, which a logged rewrite must then not change in place.
+        var detached: [BackingKey: [Node]] = [:]
         /// Inode numbers that survive a publish: the new backing file shows the old number.
         var aliases: [BackingKey: UInt64] = [:]
         /// Numbers still shown by aliased files, which a new backing file must not show too.
@@ -778,8 +778,9 @@ final class NodeTable: @unchecked Sendable {
             node.lookups -= min(count, node.lookups)
             guard node.lookups == 0 else { return (false, false) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
-            if node.isDetached, let count = state.detached[node.key] {
-                state.detached[node.key] = count > 1 ? count - 1 : nil
+            if node.isDetached, var left = state.detached[node.key] {
+                left.removeAll { $0 === node }
+                state.detached[node.key] = left.isEmpty ? nil : left
             }
             state.charged.removeValue(forKey: ObjectIdentifier(node))
             return (true, state.shrinkIfFarBelowPeak())
@@ -829,7 +830,7 @@ final class NodeTable: @unchecked Sendable {
     func detach(_ node: Node) {
         let newly = node.markDetached()
         state.withLock { state in
-            if newly { state.detached[node.key, default: 0] += 1 }
+            if newly { state.detached[node.key, default: []].append(node) }
             if state.nodes[node.key] === node { state.nodes[node.key] = nil }
             _ = state.awaitWriter(at: node.key)
         }
@@ -858,9 +859,10 @@ final class NodeTable: @unchecked Sendable {
         state.withLock { $0.nodes[key] != nil || $0.aliases[key] != nil || $0.detached[key] != nil }
     }
 
-    /// Whether the kernel still holds a detached node of the file (`detach`).
-    func hasDetachedNodes(of key: BackingKey) -> Bool {
-        state.withLock { $0.detached[key] != nil }
+    /// Whether a detached node of the file (`detach`) has handles open. One without any has no
+    /// reader left: a mapping holds its handle, and no lookup leads to the node any more.
+    func hasReadersOfDetachedNodes(of key: BackingKey) -> Bool {
+        state.withLock { $0.detached[key]?.contains { $0.openHandles.load(ordering: .relaxed) > 0 } ?? false }
     }
 
     func existing(_ key: BackingKey) -> Node? {

@@ -613,11 +613,11 @@ final class Shadows: @unchecked Sendable {
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
             // of the file meanwhile, and is refused while someone has it open for writing.
-            if !node.sharing.hasOpenHandles, !nodes.hasDetachedNodes(of: node.key) {
-                let leased = clinux_set_lease(log.original, 1) == 0
+            if !node.sharing.hasOpenHandles, !nodes.hasReadersOfDetachedNodes(of: node.key) {
+                let (leased, refusal) = takeWriteLease(log.original)
                 // Where leases are not to be had (turned off, or a file of another owner), the
                 // daemon's own count decides.
-                if leased || (errno != EAGAIN && errno != EBUSY) {
+                if leased || (refusal != EAGAIN && refusal != EBUSY) {
                     return renameCommits.syncing { publishLog(session, leased: leased, durably: durably) }
                 }
             }
@@ -628,6 +628,26 @@ final class Shadows: @unchecked Sendable {
         // meanwhile (btrfs: `RenameCommits`).
         guard durably else { return place(session, of: node, in: nodes, durably: false) }
         return renameCommits.syncing { place(session, of: node, in: nodes, durably: true) }
+    }
+
+    /// A write lease on `file`, or the errno of its refusal. Refused while anyone has the file open,
+    /// it is asked again for up to `ContainerFileSystem.releaseWait`: a reader's release closes
+    /// its descriptor after the node has counted its handle out (`rsync --inplace` closes its
+    /// reader just before its writer), and a refusal costs a copy of the whole file.
+    private func takeWriteLease(_ file: Int32) -> (leased: Bool, refusal: Int32) {
+        var deadline: UInt64 = 0
+        while true {
+            if clinux_set_lease(file, 1) == 0 { return (true, 0) }
+            let refusal = errno
+            guard refusal == EAGAIN || refusal == EBUSY else { return (false, refusal) }
+            let now = DispatchTime.now().uptimeNanoseconds
+            if deadline == 0 {
+                deadline = now + ContainerFileSystem.releaseWait
+                RequestThreads.willWait()
+            }
+            guard now < deadline else { return (false, refusal) }
+            usleep(100)
+        }
     }
 
     /// Puts a session's shadow in place (`publish`), with a sync of everything when `durably`.

@@ -121,6 +121,28 @@ final class LargeFileTests: MountedTestCase {
         XCTAssertEqual(sh("dd if=Documents/large bs=1 skip=200 count=6 status=none"), "second")
     }
 
+    /// `rsync --inplace` reads the file through one descriptor while it writes through another, and
+    /// closes the reader just before the writer. The reader's release comes after its close has
+    /// returned: a writer's close that counted it as open still (its node, its descriptor, or the
+    /// node a writer left to it) copied the whole file, at a third of such changes in the lab.
+    func testAChangeRightAfterItsReaderClosedCopiesNothing() {
+        makeLargeFile()
+        let before = backingInode("Documents/large")
+        syscall("""
+        for i in range(30):
+            reader = os.open('Documents/large', os.O_RDONLY)
+            os.pread(reader, 4096, i * 4096)
+            writer = os.open('Documents/large', os.O_WRONLY)
+            os.pwrite(writer, b'%02d' % i, i * 4096 + 7)
+            os.close(reader)
+            os.close(writer)
+        data = open('Documents/large', 'rb').read(30 * 4096)
+        assert all(data[i * 4096 + 7:i * 4096 + 9] == b'%02d' % i for i in range(30)), data
+        """, errno: 0)
+        settle()
+        XCTAssertEqual(backingInode("Documents/large"), before, "applied to the file itself, not published as a copy")
+    }
+
     /// `truncate -s` opens, truncates and closes without writing: its close publishes, so that the
     /// `stat` or `du` right after it counts the blocks the truncation freed (xfstests generic/701).
     func testTheCloseAfterATruncationPublishesIt() {
