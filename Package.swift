@@ -47,7 +47,7 @@ let package = Package(
             ]
         ),
         // The client library for coordination-aware programs.
-        .target(name: "FileCoordination", dependencies: ["Coordination", "Containers"]),
+        .target(name: "FileCoordination", dependencies: ["CLinux", "Coordination", "Containers"]),
         .target(name: "NSFileCoordination", dependencies: ["FileCoordination"]),
         .executableTarget(
             name: "containerfs",
@@ -59,7 +59,7 @@ let package = Package(
         ),
         .testTarget(name: "ContainersTests", dependencies: ["Containers"]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
-        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination", "Containers"]),
+        .testTarget(name: "FileCoordinationTests", dependencies: ["FileCoordination", "Coordination"]),
         // Apple's documented pattern, compiled as written for Apple's systems plus one import.
         .testTarget(name: "NSFileCoordinationTests", dependencies: ["NSFileCoordination"]),
         .testTarget(name: "ContainerFSTests", dependencies: ["Containers", "ContainerFS", "containerfs", "FileCoordination"]),

@@ -190,6 +190,20 @@ void clinux_restore_credentials(const struct clinux_credentials *saved) {
     }
 }
 
+#ifndef STATX_ATTR_MOUNT_ROOT
+#define STATX_ATTR_MOUNT_ROOT 0x00002000
+#endif
+
+int clinux_is_mount_root(const char *path) {
+    struct statx attributes;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, 0, &attributes) != 0) return -1;
+    if (!(attributes.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT)) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    return (attributes.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+}
+
 int clinux_identity(int fd, unsigned long long *device, unsigned long long *inode, long long *size) {
     struct statx attributes;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_INO | STATX_SIZE, &attributes) != 0) return -1;

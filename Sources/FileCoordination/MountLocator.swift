@@ -1,4 +1,4 @@
-import Containers
+import CLinux
 import Coordination
 import Foundation
 #if canImport(Glibc)
@@ -120,19 +120,20 @@ public struct MountLocator: Sendable {
         }
     }
 
-    /// Pairs the item's absolute path with its path in the daemon's tree. The kernel's mount
-    /// table says which directory of the daemon's tree the mount holding the path shows. Without
-    /// it (tests' attributes), the names the two paths end with alike are below the view's root
-    /// in both: a view found so may start above the place really mounted (a bind mount of `app`
-    /// at `/srv/app` pairs `/srv` with the daemon's root), and names what is outside it wrongly.
+    /// Pairs the item's absolute path with its path in the daemon's tree: the nearest directory
+    /// above it that is a mount's root (the kernel says so, `statx`) shows the daemon's item
+    /// whose path is the item's less the names below that directory. Without it (tests'
+    /// attributes, a kernel before 5.8), the names the two paths end with alike are below the
+    /// view's root in both: a view found so may start above the place really mounted (a bind
+    /// mount of `app` at `/srv/app` pairs `/srv` with the daemon's root), and names what is
+    /// outside it wrongly.
     private func view(of absolutePath: String, itemPath: ItemPath) -> MountView {
         var absolute = absolutePath
         if resolvesRealPath, let resolved = realpath(absolutePath, nil) {
             absolute = String(cString: resolved)
             free(resolved)
         }
-        if resolvesRealPath, let mount = MountTable.mount(holding: absolute),
-           let view = Self.view(of: absolute, itemPath: itemPath, in: mount) { return view }
+        if resolvesRealPath, let view = Self.view(of: absolute, itemPath: itemPath, isMountRoot: Self.isMountRoot) { return view }
         let names = absolute.split(separator: "/", omittingEmptySubsequences: true).map { Array($0.utf8) }
         let tail = itemPath.components.map(\.bytes)
         var shared = 0
@@ -142,14 +143,32 @@ public struct MountLocator: Sendable {
                          daemonRoot: ItemPath(components: Array(itemPath.components.dropLast(shared))))
     }
 
-    /// The view of `mount`, the mount holding `absolute`, if its record agrees with the daemon's
-    /// path of the item there: the directory it shows, and below it the names below its mount point.
-    static func view(of absolute: String, itemPath: ItemPath, in mount: MountTable.Entry) -> MountView? {
-        let point = mount.mountPoint == "/" ? "" : mount.mountPoint
-        guard absolute == mount.mountPoint || absolute.hasPrefix(point + "/"),
-              let shown = ItemPath(mount.root), let below = ItemPath(String(absolute.dropFirst(point.count))),
-              shown.appending(below) == itemPath else { return nil }
-        return MountView(localRoot: mount.mountPoint, daemonRoot: shown)
+    /// The view of the mount holding `absolute`, whose root is the nearest directory above it (or
+    /// it) that `isMountRoot` says is one (nil: it cannot tell); nil if the names below that root
+    /// are not those the item's path ends with.
+    static func view(of absolute: String, itemPath: ItemPath, isMountRoot: (String) -> Bool?) -> MountView? {
+        var names = absolute.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        var below = 0
+        while true {
+            guard let isRoot = isMountRoot("/" + names.joined(separator: "/")) else { return nil }
+            if isRoot { break }
+            guard names.popLast() != nil else { return nil }
+            below += 1
+        }
+        let components = itemPath.components
+        guard below <= components.count,
+              zip(absolute.split(separator: "/").suffix(below), components.suffix(below)).allSatisfy({ Array($0.utf8) == $1.bytes })
+        else { return nil }
+        return MountView(localRoot: "/" + names.joined(separator: "/"), daemonRoot: ItemPath(components: Array(components.dropLast(below))))
+    }
+
+    /// Whether `path` is a mount's root; nil if the kernel does not tell.
+    private static func isMountRoot(_ path: String) -> Bool? {
+        switch clinux_is_mount_root(path) {
+        case 1: true
+        case 0: false
+        default: nil
+        }
     }
 
     /// An existing item that is neither a regular file nor a directory (after following symlinks).

@@ -1,4 +1,3 @@
-import Containers
 import Coordination
 @testable import FileCoordination
 import XCTest
@@ -78,19 +77,23 @@ final class MountLocatorTests: XCTestCase {
                        MountView(localRoot: "/mnt/store", daemonRoot: .root))
     }
 
-    /// The kernel's mount table says which directory a bind mount shows, where the names alone
-    /// cannot: a bind mount of an app at a directory named as the app.
-    func testTheMountTableSaysWhatABindMountShows() throws {
+    /// The kernel says which directory is a mount's root, where the names alone cannot tell it: a
+    /// bind mount of an app at a directory named as the app.
+    func testTheNearestMountRootAboveAPathIsItsView() throws {
         let app = try XCTUnwrap(ItemPath("com.example.notes"))
-        let bind = try XCTUnwrap(MountTable.entry("46 27 0:40 /com.example.notes /srv/com.example.notes rw - fuse.containerfs s rw"))
-        let view = try XCTUnwrap(MountLocator.view(of: "/srv/com.example.notes/Documents/a", itemPath: try XCTUnwrap(ItemPath("com.example.notes/Documents/a")), in: bind))
+        let roots: Set<String> = ["/", "/srv/com.example.notes", "/mnt/store"]
+        let isRoot = { (path: String) -> Bool? in roots.contains(path) }
+        let view = try XCTUnwrap(MountLocator.view(of: "/srv/com.example.notes/Documents/a",
+                                                   itemPath: try XCTUnwrap(ItemPath("com.example.notes/Documents/a")), isMountRoot: isRoot))
         XCTAssertEqual(view, MountView(localRoot: "/srv/com.example.notes", daemonRoot: app))
         XCTAssertNil(view.url(for: try XCTUnwrap(ItemPath("com.example.photos/Documents"))), "another app is not in this view")
-        XCTAssertEqual(MountLocator.view(of: "/srv/com.example.notes", itemPath: app, in: bind), view)
-        XCTAssertNil(MountLocator.view(of: "/srv/com.example.notes/x", itemPath: try XCTUnwrap(ItemPath("y")), in: bind), "the record disagrees")
-        let whole = try XCTUnwrap(MountTable.entry("45 27 0:40 / /mnt/store rw - fuse.containerfs s rw"))
-        XCTAssertEqual(MountLocator.view(of: "/mnt/store/com.example.notes", itemPath: app, in: whole),
+        XCTAssertEqual(MountLocator.view(of: "/srv/com.example.notes", itemPath: app, isMountRoot: isRoot), view)
+        XCTAssertNil(MountLocator.view(of: "/srv/com.example.notes/x", itemPath: try XCTUnwrap(ItemPath("y")), isMountRoot: isRoot),
+                     "the names below the mount's root are not the item's")
+        XCTAssertEqual(MountLocator.view(of: "/mnt/store/com.example.notes", itemPath: app, isMountRoot: isRoot),
                        MountView(localRoot: "/mnt/store", daemonRoot: .root))
+        XCTAssertNil(MountLocator.view(of: "/mnt/store/com.example.notes", itemPath: app, isMountRoot: { _ in nil }),
+                     "a kernel that does not tell")
     }
 
     func testOutsideAMountThereIsNoLocation() {

@@ -60,6 +60,9 @@ long clinux_fs_type(int fd);
 /// journals, and the next fdatasync waits for that commit (docs/atomic-replace.md, "In-place
 /// writes"). 0, or -1 with errno set.
 int clinux_identity(int fd, unsigned long long *device, unsigned long long *inode, long long *size);
+/// 1 if `path` (not followed if a link) is the root of a mount, 0 if not, or -1 with errno
+/// (EOPNOTSUPP: the kernel does not tell, before Linux 5.8).
+int clinux_is_mount_root(const char *path);
 unsigned int clinux_major(dev_t device);
 unsigned int clinux_minor(dev_t device);
 /// Gives memory malloc keeps for later use back to the system.
