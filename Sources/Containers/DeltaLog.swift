@@ -68,11 +68,11 @@ public enum DeltaLog {
     }
 
     /// Commits the log named `name` (in its directory): appends the commit record with the digest
-    /// of its name and what it holds, then
-    /// `sync`s the log (its `fsync` by default; the daemon syncs the log's directory together with
-    /// it where the log's sync does not make the names durable too: the log's own and its target's
-    /// link, `Backing.fileSyncCarriesNames`). One sync: a cut during it leaves a commit whose
-    /// digest does not match, or none, or names that lead to no log.
+    /// of its name and what it holds, then `sync`s the log (its `fsync` by default; the daemon
+    /// syncs the log's directory together with it where the log's sync does not make the names
+    /// durable too: the log's own and its target's link, `Backing.fileSyncCarriesNames`). One
+    /// sync: a cut during it leaves a commit whose digest does not match, or none, or names that
+    /// lead to no log.
     public static func commit(_ log: Int32, named name: some Sequence<UInt8>, end: inout off_t,
                               sync: (Int32) -> Int32 = { fsync($0) == 0 ? 0 : errno }) -> Int32 {
         let (digest, readError) = self.digest(of: log, upTo: end, named: Array(name))

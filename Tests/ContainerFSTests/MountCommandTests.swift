@@ -265,17 +265,24 @@ final class MountCommandTests: XCTestCase {
         XCTAssertFalse(lines.contains { $0.contains("\"/\(SampleApps.notes)/") }, "paths of the daemon's tree from /: \(lines)")
     }
 
-    /// The client library tells what a bind mount of an app shows from the kernel's mount table:
-    /// at a directory named as the app, the names alone paired the directory above it with the
-    /// daemon's root, and named another app's items there, where they are not.
-    func testTheLibrarysViewOfABindMountIsWhatItShows() throws {
-        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+    /// The store mounted, and its notes app mounted again (a bind mount of it) at a directory named
+    /// as the app: the names a path ends with alike do not tell its mount. Its path.
+    private func appMountedAtADirectoryNamedAsTheApp() throws -> String {
         _ = try storeMountedWithAFileInTmp()
         let second = scratch.path + "/" + SampleApps.notes
         try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
         addTeardownBlock { if self.isMounted(second) { _ = self.containerfs("unmount \(Shell.quote(second))") } }
         let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
         XCTAssertEqual(app.status, 0, app.error)
+        return second
+    }
+
+    /// The client library tells what a bind mount of an app shows from the kernel's mount table:
+    /// at a directory named as the app, the names alone paired the directory above it with the
+    /// daemon's root, and named another app's items there, where they are not.
+    func testTheLibrarysViewOfABindMountIsWhatItShows() throws {
+        try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
+        let second = try appMountedAtADirectoryNamedAsTheApp()
         let location = try XCTUnwrap(MountLocator().locate(path: second + "/Documents/new.txt"))
         XCTAssertEqual(location.itemPath, ItemPath(SampleApps.notes + "/Documents/new.txt"))
         let view = try XCTUnwrap(location.view)
@@ -289,13 +296,7 @@ final class MountCommandTests: XCTestCase {
     func testRunFindsABindMountOnceTheDaemonsOwnMountIsGone() throws {
         try XCTSkipIf(geteuid() != 0, "a bind mount needs root")
         try XCTSkipIf(access("/usr/bin/bwrap", X_OK) != 0, "bubblewrap is not installed (scripts/setup.sh installs it)")
-        _ = try storeMountedWithAFileInTmp()
-        // Named as the app: the names a path ends with alike do not tell its mount (`status`).
-        let second = scratch.path + "/" + SampleApps.notes
-        try FileManager.default.createDirectory(atPath: second, withIntermediateDirectories: true)
-        addTeardownBlock { if self.isMounted(second) { _ = self.containerfs("unmount \(Shell.quote(second))") } }
-        let app = containerfs("mount \(Shell.quote(storePath)) \(Shell.quote(second)) --app \(SampleApps.notes)")
-        XCTAssertEqual(app.status, 0, app.error)
+        let second = try appMountedAtADirectoryNamedAsTheApp()
         try "kept\n".write(toFile: second + "/Documents/note.txt", atomically: false, encoding: .utf8)
         let reads = "cat \"$HOME/Documents/note.txt\""
         for place in [storePath, mountPoint, second] {
