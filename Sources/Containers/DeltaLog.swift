@@ -88,7 +88,7 @@ public enum DeltaLog {
 
     /// The SHA-256 of the log's name and a NUL, if `name`, then of its first `length` bytes; nil if
     /// the log is shorter.
-    private static func digest(of log: Int32, upTo length: off_t, named name: [UInt8]?) -> (digest: [UInt8]?, error: Int32) {
+    static func digest(of log: Int32, upTo length: off_t, named name: [UInt8]?) -> (digest: [UInt8]?, error: Int32) {
         var hash = SHA256()
         if let name { hash.update(data: name + [0]) }
         var buffer = [UInt8](repeating: 0, count: min(Int(length), 1 << 20))

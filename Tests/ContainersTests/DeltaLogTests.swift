@@ -124,6 +124,22 @@ final class DeltaLogTests: XCTestCase {
         XCTAssertEqual((try? FileManager.default.contentsOfDirectory(atPath: directory))?.sorted(), ["file"])
     }
 
+    /// Logs committed before their commits named them (`checkedCommit`) count under any name, as
+    /// they did: a mount after an upgrade applies what the last daemon committed.
+    func testACommitThatNamesNoLogStillCounts() throws {
+        close(file("file", "aaaaaaaaaa"))
+        let log = log("delta-1", [(1, "NEW")], committed: false)
+        let end = commitPosition(afterWriteOf: 3)
+        let digest = try XCTUnwrap(DeltaLog.digest(of: log, upTo: end, named: nil).digest)
+        XCTAssertEqual(DeltaLog.writeHeader(log, at: end, kind: .checkedCommit, offset: 0, length: off_t(digest.count)), 0)
+        XCTAssertEqual(pwrite(log, digest, digest.count, end + off_t(DeltaLog.headerSize)), digest.count)
+        XCTAssertTrue(recordsOf(log, "delta-7").committed)
+        close(log)
+        XCTAssertEqual(link(directory + "/file", directory + "/delta-1.target"), 0)
+        XCTAssertEqual(recover(), 0)
+        XCTAssertEqual(contents("file"), "aNEWaaaaaa")
+    }
+
     /// Logs of earlier versions synced their records before appending a commit without a digest.
     func testACommitOfAnEarlierVersionStillCounts() {
         close(file("file", "aaaaaaaaaa"))
