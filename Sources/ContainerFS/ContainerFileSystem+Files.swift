@@ -610,22 +610,35 @@ extension ContainerFileSystem {
         case inPlace
     }
 
-    /// Gives handles closed just before a large file's logged change is published a moment (at most
-    /// `releaseWait`) for their release: a log applies in place only while no other handle has the
+    /// Gives handles closed just before a large file's logged change is published a moment for their
+    /// release (`whileReleasesArrive`): a log applies in place only while no other handle has the
     /// file open, and otherwise becomes a copy of the whole file. The kernel releases a closed file
     /// after close(2) returns, so a program that closes its reader, then its writer (`rsync
     /// --inplace`: the basis file, then the output) copied the file at one close in three.
     private func awaitReleases(beforeLogOf node: Node) {
         guard node.withSession({ $0?.log != nil }) else { return }
         let othersOpen = { node.withSession { _ in node.sharing.hasOpenHandles } || self.nodes.hasReadersOfDetachedNodes(of: node.key) }
-        guard othersOpen() else { return }
-        RequestThreads.willWait()
-        let deadline = DispatchTime.now().uptimeNanoseconds + Self.releaseWait
-        repeat { usleep(100) } while othersOpen() && DispatchTime.now().uptimeNanoseconds < deadline
+        _ = Self.whileReleasesArrive { !othersOpen() }
     }
 
-    /// A copy of a file large enough to be logged (64 MiB) takes tens of milliseconds at least.
-    static let releaseWait: UInt64 = 5_000_000
+    /// Runs `attempt` until it is done (true) or of no use again (nil), every 100 µs for at
+    /// most 5 ms, handing an io_uring queue over before the first wait; whether it was done. Closed
+    /// handles' releases arrive so late after their close(2), and a copy of a file large enough to
+    /// be logged (64 MiB) takes tens of milliseconds at least.
+    static func whileReleasesArrive(_ attempt: () -> Bool?) -> Bool {
+        var deadline: UInt64 = 0
+        while true {
+            guard let done = attempt() else { return false }
+            if done { return true }
+            let now = DispatchTime.now().uptimeNanoseconds
+            if deadline == 0 {
+                deadline = now + 5_000_000
+                RequestThreads.willWait()
+            }
+            guard now < deadline else { return false }
+            usleep(100)
+        }
+    }
 
     /// Publishes a session's unpublished writes; nil when nothing was published. The first publish
     /// ends the session's coordinated write, so presenters hear "did change" once the change is

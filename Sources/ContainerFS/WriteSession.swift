@@ -631,23 +631,17 @@ final class Shadows: @unchecked Sendable {
     }
 
     /// A write lease on `file`, or the errno of its refusal. Refused while anyone has the file open,
-    /// it is asked again for up to `ContainerFileSystem.releaseWait`: a reader's release closes
-    /// its descriptor after the node has counted its handle out (`rsync --inplace` closes its
-    /// reader just before its writer), and a refusal costs a copy of the whole file.
+    /// it is asked again meanwhile (`ContainerFileSystem.whileReleasesArrive`): a reader's release
+    /// closes its descriptor after the node has counted its handle out (`rsync --inplace` closes
+    /// its reader just before its writer), and a refusal costs a copy of the whole file.
     private func takeWriteLease(_ file: Int32) -> (leased: Bool, refusal: Int32) {
-        var deadline: UInt64 = 0
-        while true {
-            if clinux_set_lease(file, 1) == 0 { return (true, 0) }
-            let refusal = errno
-            guard refusal == EAGAIN || refusal == EBUSY else { return (false, refusal) }
-            let now = DispatchTime.now().uptimeNanoseconds
-            if deadline == 0 {
-                deadline = now + ContainerFileSystem.releaseWait
-                RequestThreads.willWait()
-            }
-            guard now < deadline else { return (false, refusal) }
-            usleep(100)
+        var refusal: Int32 = 0
+        let leased = ContainerFileSystem.whileReleasesArrive {
+            if clinux_set_lease(file, 1) == 0 { return true }
+            refusal = errno
+            return refusal == EAGAIN || refusal == EBUSY ? false : nil
         }
+        return (leased, leased ? 0 : refusal)
     }
 
     /// Puts a session's shadow in place (`publish`), with a sync of everything when `durably`.

@@ -148,18 +148,17 @@ public struct MountLocator: Sendable {
     /// are not those the item's path ends with.
     static func view(of absolute: String, itemPath: ItemPath, isMountRoot: (String) -> Bool?) -> MountView? {
         var names = absolute.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        var below = 0
+        var below: [String] = []
         while true {
             guard let isRoot = isMountRoot("/" + names.joined(separator: "/")) else { return nil }
             if isRoot { break }
-            guard names.popLast() != nil else { return nil }
-            below += 1
+            guard let name = names.popLast() else { return nil }
+            below.insert(name, at: 0)
         }
         let components = itemPath.components
-        guard below <= components.count,
-              zip(absolute.split(separator: "/").suffix(below), components.suffix(below)).allSatisfy({ Array($0.utf8) == $1.bytes })
-        else { return nil }
-        return MountView(localRoot: "/" + names.joined(separator: "/"), daemonRoot: ItemPath(components: Array(components.dropLast(below))))
+        guard below.count <= components.count,
+              zip(below, components.suffix(below.count)).allSatisfy({ Array($0.utf8) == $1.bytes }) else { return nil }
+        return MountView(localRoot: "/" + names.joined(separator: "/"), daemonRoot: ItemPath(components: Array(components.dropLast(below.count))))
     }
 
     /// Whether `path` is a mount's root; nil if the kernel does not tell.
