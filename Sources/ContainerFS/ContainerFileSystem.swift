@@ -124,28 +124,44 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     /// table and `uid` holds its share of the daemon's descriptors (`DescriptorShares`).
     func lookupEntry(parent: Node, name: FileName, entry: inout fuse_entry_param, expected: BackingKey? = nil,
                      for uid: uid_t) -> Int32 {
-        var attributes = stat()
-        guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
-        if let expected, BackingKey(attributes) != expected { return ESTALE }
-        var descriptor: Int32 = -1
-        if attributes.st_mode & S_IFMT == S_IFDIR {
-            // A directory a node holds already (the kernel looking it up again) needs no descriptor.
-            if let node = nodes.rememberHeld(attributes: attributes, zone: parent.zone.child(named: name.bytes), parent: parent,
-                                             name: name) {
+        let zone = parent.zone.child(named: name.bytes)
+        // A publish may rename a file over the name between the `fstatat` and the node's making: a
+        // node of the file it replaced would be stale at once (two such in a row, by a listing and
+        // by the kernel's retry, reached a reader's program as ESTALE). Looked up again then.
+        for attempt in 0..<4 {
+            let seen = attempt < 3 ? nodes.replacements.load(ordering: .acquiring) : nil
+            var attributes = stat()
+            guard fstatat(parent.descriptor, name.pointer, &attributes, AT_SYMLINK_NOFOLLOW) == 0 else { return errno }
+            if let expected, BackingKey(attributes) != expected { return ESTALE }
+            var descriptor: Int32 = -1
+            if attributes.st_mode & S_IFMT == S_IFDIR {
+                // A directory a node holds already (the kernel looking it up again) needs no descriptor.
+                if let node = nodes.rememberHeld(attributes: attributes, zone: zone, parent: parent, name: name) {
+                    fill(&entry, with: node, attributes: attributes)
+                    return 0
+                }
+                // A new directory's node holds a descriptor: its attributes are those of what it holds.
+                descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
+                guard descriptor >= 0 else { return errno }
+                let error: Int32
+                (attributes, error) = Backing.attributes(of: descriptor)
+                if error != 0 || attributes.st_mode & S_IFMT != S_IFDIR {
+                    close(descriptor)
+                    return error != 0 ? error : ESTALE
+                }
+            }
+            // Publishes replace files only: a directory's node holds what it was made for.
+            let remembered = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
+                                            name: name, for: uid, unlessReplacedSince: descriptor < 0 ? seen : nil)
+            switch remembered {
+            case .node(let node):
                 fill(&entry, with: node, attributes: attributes)
                 return 0
-            }
-            // A new directory's node holds a descriptor: its attributes are those of what it holds.
-            descriptor = Backing.openPath(name.pointer, in: parent.descriptor)
-            guard descriptor >= 0 else { return errno }
-            let error: Int32
-            (attributes, error) = Backing.attributes(of: descriptor)
-            if error != 0 || attributes.st_mode & S_IFMT != S_IFDIR {
-                close(descriptor)
-                return error != 0 ? error : ESTALE
+            case .overShare: return EMFILE
+            case .raced: continue
             }
         }
-        return enter(parent: parent, name: name, descriptor: descriptor, attributes: attributes, entry: &entry, for: uid)
+        preconditionFailure("the last attempt is never raced")
     }
 
     /// `lookupEntry`'s end, for an item whose attributes are known: a file just made or opened as
@@ -154,8 +170,8 @@ public final class ContainerFileSystem: LowLevelFileSystem, @unchecked Sendable 
     func enter(parent: Node, name: FileName, descriptor: Int32 = -1, attributes: stat, entry: inout fuse_entry_param,
                for uid: uid_t) -> Int32 {
         let zone = parent.zone.child(named: name.bytes)
-        guard let node = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
-                                        name: name, for: uid) else { return EMFILE }
+        guard case .node(let node) = nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: parent,
+                                                    name: name, for: uid) else { return EMFILE }
         fill(&entry, with: node, attributes: attributes)
         return 0
     }

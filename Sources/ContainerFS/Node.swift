@@ -577,6 +577,18 @@ final class Node: @unchecked Sendable {
     }
 }
 
+/// What `NodeTable.remember` did with a look-up's item.
+enum Remembered {
+    case node(Node)
+    case overShare
+    case raced
+
+    var node: Node? {
+        guard case .node(let node) = self else { return nil }
+        return node
+    }
+}
+
 /// Every node the kernel holds a reference to, found by backing inode; forgotten as the kernel forgets.
 /// Unchecked: its state is one value behind a lock, its counters atomics.
 final class NodeTable: @unchecked Sendable {
@@ -648,6 +660,10 @@ final class NodeTable: @unchecked Sendable {
     }
 
     private let state: Locked<State>
+    /// Publishes that took a replaced file out of the index (`finishRepublish`). A look-up that read
+    /// a name's attributes before one may hold those of the replaced file, which the name no longer
+    /// leads to: a node made for it would be stale from the start (`remember`'s `seen`).
+    let replacements = Atomic<UInt64>(0)
     /// The store's directories behind containers' fixed places, kept cached once forgotten.
     let pins = DirectoryPins()
     /// The daemon's descriptors held per user: directories' nodes and open handles. Taken inside
@@ -678,31 +694,37 @@ final class NodeTable: @unchecked Sendable {
     /// Counts one more kernel reference to the backing item with `attributes`, seen as `name` in
     /// `parent`, adding a node for it if it has none. `descriptor` is a directory's `O_PATH`
     /// descriptor (-1 for other items): a new node owns it, counted against the share of `uid`
-    /// (whose request looked it up); otherwise it is closed. Nil (and closed) past that share.
+    /// (whose request looked it up); otherwise it is closed. `overShare` (and closed) past that
+    /// share; `raced` (and closed) rather than a new node when a publish replaced a file since
+    /// `seen` (`replacements` before `attributes` were read): the caller reads them again.
     func remember(descriptor: Int32, attributes: stat, zone: Zone, parent: Node, name: FileName,
-                  for uid: uid_t) -> Node? {
+                  for uid: uid_t, unlessReplacedSince seen: UInt64? = nil) -> Remembered {
         let key = BackingKey(attributes)
         if key == root.key {
             if descriptor >= 0 { close(descriptor) }
-            return root
+            return .node(root)
         }
         var confirmed: Node?
         while true {
-            let (found, counted) = state.withLock { state -> (Node?, Bool) in
+            let (found, counted) = state.withLock { state -> (Remembered, Bool) in
                 // A node of another type has a reused inode number: its item is gone.
                 if let existing = state.nodes[key], existing.fileType == attributes.st_mode & S_IFMT {
                     let placed = existing.isPlaced(in: parent, as: name.bytes)
-                    guard placed || existing === confirmed || existing.holdsItem else { return (existing, false) }
+                    guard placed || existing === confirmed || existing.holdsItem else { return (.node(existing), false) }
                     if descriptor >= 0 { close(descriptor) }
                     existing.counted(placed: placed, parent: parent, name: name, zone: zone)
-                    return (existing, true)
+                    return (.node(existing), true)
+                }
+                if let seen, replacements.load(ordering: .relaxed) != seen {
+                    if descriptor >= 0 { close(descriptor) }
+                    return (.raced, true)
                 }
                 var charge: DescriptorCharge?
                 if descriptor >= 0 {
                     charge = DescriptorCharge.take(uid, from: shares)
                     guard charge != nil else {
                         close(descriptor)
-                        return (nil, true)
+                        return (.overShare, true)
                     }
                 }
                 let node = Node(descriptor: descriptor, attributes: attributes, exposedInode: state.exposedInode(for: key),
@@ -713,10 +735,9 @@ final class NodeTable: @unchecked Sendable {
                 _ = Unmanaged.passRetained(node)
                 state.index(node, as: key)
                 if let charge, charge !== DescriptorCharge.uncounted { state.charged[ObjectIdentifier(node)] = charge }
-                return (node, true)
+                return (.node(node), true)
             }
-            guard let found else { return nil }
-            if counted { return found }
+            guard case .node(let found) = found, !counted else { return found }
             // Seen elsewhere last: the same item under another name (a hard link), or a node whose
             // item is gone and whose inode number now belongs to this one (then it is dropped).
             let (current, error) = found.attributes()
@@ -907,6 +928,7 @@ final class NodeTable: @unchecked Sendable {
     func finishRepublish(_ node: Node, previous: BackingKey) {
         state.withLock { state in
             if state.nodes[previous] === node { state.nodes[previous] = nil }
+            replacements.add(1, ordering: .relaxed)
             node.endReplacing(renamed: true)
         }
     }

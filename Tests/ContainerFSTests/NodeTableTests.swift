@@ -32,7 +32,7 @@ final class NodeTableTests: XCTestCase {
         var attributes = stat()
         guard lstat(directory + "/" + name, &attributes) == 0 else { return nil }
         return name.withCString { nodes.remember(descriptor: -1, attributes: attributes, zone: .documents, parent: nodes.root,
-                                                 name: FileName($0), for: 0) }
+                                                 name: FileName($0), for: 0).node }
     }
 
     /// Publishes `content` over `name`, `node`'s file, as `Shadows.moveIntoPlace` does.
@@ -181,6 +181,26 @@ final class NodeTableTests: XCTestCase {
         done.store(true, ordering: .releasing)
         while !looker.isFinished { usleep(1000) }
         XCTAssertEqual(lost.load(ordering: .relaxed), 0, "times the name led elsewhere")
+        XCTAssertEqual(node.attributesByName().1, 0)
+    }
+
+    /// A look-up that read a name's attributes just before a publish replaced its file makes no
+    /// node for the replaced file (which would answer ESTALE at once): it is told to look again,
+    /// and then finds the published file's node. Before, a listing and the kernel's retried look-up
+    /// could each hand a reader such a node, and the second ESTALE reached its program.
+    func testALookUpThatRacedAPublishMakesNoNodeOfTheReplacedFile() throws {
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory + "/f", contents: Data("0".utf8)))
+        let node = try XCTUnwrap(lookUp("f"))
+        let seen = nodes.replacements.load(ordering: .acquiring)
+        var before = stat()
+        XCTAssertEqual(lstat(directory + "/f", &before), 0)
+        publish("1", over: node, named: "f")
+        let raced = "f".withCString {
+            nodes.remember(descriptor: -1, attributes: before, zone: .documents, parent: nodes.root, name: FileName($0), for: 0,
+                           unlessReplacedSince: seen)
+        }
+        guard case .raced = raced else { return XCTFail("a node was made for the replaced file: \(raced)") }
+        XCTAssertTrue(try XCTUnwrap(lookUp("f")) === node, "looked up again, the name leads to the published file's node")
         XCTAssertEqual(node.attributesByName().1, 0)
     }
 
@@ -364,7 +384,7 @@ final class NodeTableTests: XCTestCase {
         var attributes = stat()
         XCTAssertEqual(fstat(descriptor, &attributes), 0)
         return try XCTUnwrap(name.withCString {
-            nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: nodes.root, name: FileName($0), for: 0)
+            nodes.remember(descriptor: descriptor, attributes: attributes, zone: zone, parent: nodes.root, name: FileName($0), for: 0).node
         })
     }
 
@@ -415,7 +435,7 @@ final class NodeTableTests: XCTestCase {
         var attributes = stat()
         XCTAssertEqual(fstat(again, &attributes), 0)
         let node = try XCTUnwrap("Documents".withCString {
-            nodes.remember(descriptor: again, attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0), for: 0)
+            nodes.remember(descriptor: again, attributes: attributes, zone: .documents, parent: nodes.root, name: FileName($0), for: 0).node
         })
         nodes.forget(nodes.inodeNumber(of: node), count: 1)
         XCTAssertEqual(nodes.pins.count, 1)
