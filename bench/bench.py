@@ -406,8 +406,8 @@ def workload_tools(directory, tree_copy, repository):
     clone = os.path.join(directory, "clone")
     results["git_clone"] = timed(["git", "clone", "--quiet", "file://" + repository, clone])
     # The first status after a clone hashes again every file whose time is the index's second
-    # ("racily clean"): all of them or none, as the clock falls, on any filesystem (0.05 or 0.15 s
-    # alike). One untimed status first writes the index that a user's later ones start from.
+    # ("racily clean"): all of them or none, as the clock falls, on any filesystem. One untimed
+    # status first writes the index that a user's later ones start from.
     run(["git", "-C", clone, "status", "--porcelain"], stdout=subprocess.DEVNULL)
     drop_caches()
     results["git_status"] = timed(["git", "-C", clone, "status", "--porcelain"])
