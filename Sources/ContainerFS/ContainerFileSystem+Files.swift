@@ -617,8 +617,7 @@ extension ContainerFileSystem {
     /// --inplace`: the basis file, then the output) copied the file at one close in three.
     private func awaitReleases(beforeLogOf node: Node) {
         guard node.withSession({ $0?.log != nil }) else { return }
-        let othersOpen = { node.withSession { _ in node.sharing.hasOpenHandles } || self.nodes.hasReadersOfDetachedNodes(of: node.key) }
-        _ = Self.whileReleasesArrive { !othersOpen() }
+        _ = Self.whileReleasesArrive { !node.withSession { _ in nodes.othersHaveOpen(node) } }
     }
 
     /// Runs `attempt` until it is done (true) or of no use again (nil), every 100 µs for at

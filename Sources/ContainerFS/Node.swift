@@ -880,10 +880,13 @@ final class NodeTable: @unchecked Sendable {
         state.withLock { $0.nodes[key] != nil || $0.aliases[key] != nil || $0.detached[key] != nil }
     }
 
-    /// Whether a detached node of the file (`detach`) has handles open. One without any has no
-    /// reader left: a mapping holds its handle, and no lookup leads to the node any more.
-    func hasReadersOfDetachedNodes(of key: BackingKey) -> Bool {
-        state.withLock { $0.detached[key]?.contains { $0.openHandles.load(ordering: .relaxed) > 0 } ?? false }
+    /// Whether someone other than `node`'s writers has its file open: a handle on the node, or on a
+    /// detached node of the file (`detach`). A detached node without handles has no reader left: a
+    /// mapping holds its handle, and no lookup leads to the node any more. The caller holds the
+    /// node's session lock.
+    func othersHaveOpen(_ node: Node) -> Bool {
+        if node.sharing.hasOpenHandles { return true }
+        return state.withLock { $0.detached[node.key]?.contains { $0.openHandles.load(ordering: .relaxed) > 0 } ?? false }
     }
 
     func existing(_ key: BackingKey) -> Node? {

@@ -613,7 +613,7 @@ final class Shadows: @unchecked Sendable {
             // Applied in place only when no one else has the file open, through this node or one
             // left to its readers: they keep their version. A write lease holds back other opens
             // of the file meanwhile, and is refused while someone has it open for writing.
-            if !node.sharing.hasOpenHandles, !nodes.hasReadersOfDetachedNodes(of: node.key) {
+            if !nodes.othersHaveOpen(node) {
                 let (leased, refusal) = takeWriteLease(log.original)
                 // Where leases are not to be had (turned off, or a file of another owner), the
                 // daemon's own count decides.
